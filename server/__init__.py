@@ -1,0 +1,1 @@
+"""The basic OpenAI-compatible LLM server (FastAPI + uvicorn + transformers) and the vLLM launcher."""

@@ -1,0 +1,311 @@
+"""HTTP layer: the OpenAI-compatible routes, errors in OpenAI's shape, and the app factory.
+
+``uvicorn server.app:app`` serves :data:`app`, built from ``LLMLOAD_*``
+environment variables; ``python -m server`` builds one from its flags. The
+engine (and so the model) is created and loaded at start-up, never at import.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from contextlib import asynccontextmanager
+from typing import AsyncIterator
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from llmload.sse import DONE_SENTINEL, format_event
+from server.engines import create_engine
+from server.engines.base import Engine, GenerationDelta, PreparedPrompt, PromptTooLong, SamplingParams
+from server.protocol import (
+    ChatCompletionChoice,
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    ChatResponseMessage,
+    CompletionChoice,
+    CompletionRequest,
+    CompletionResponse,
+    ErrorInfo,
+    ErrorResponse,
+    ModelCard,
+    ModelList,
+    SamplingFields,
+    UsageInfo,
+)
+from server.settings import ServerSettings
+
+log = logging.getLogger("server")
+
+DISCONNECT_POLL_S = 0.05
+
+
+class APIError(Exception):
+    """An error to return to the client as OpenAI-shaped JSON."""
+
+    def __init__(self, status: int, message: str, type_: str = "invalid_request_error",
+                 param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = status, message, type_, param, code
+
+
+def error_response(status: int, message: str, type_: str = "invalid_request_error",
+                   param: str | None = None, code: str | None = None) -> JSONResponse:
+    body = ErrorResponse(error=ErrorInfo(message=message, type=type_, param=param, code=code))
+    return JSONResponse(body.model_dump(), status_code=status)
+
+
+def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
+    errors = exc.errors()
+    if not errors:
+        return "invalid request", None
+    first = errors[0]
+    if first.get("type") == "json_invalid":
+        return f"Invalid JSON body: {first.get('msg', '')} {first.get('ctx', {}).get('error', '')}".strip(), None
+    loc = [str(part) for part in first.get("loc", ()) if part != "body"]
+    param = ".".join(loc) or None
+    message = first.get("msg", "invalid value")
+    if param:
+        message = f"{param}: {message}"
+    return message, param
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Every error leaves the server as ``{"error": {message, type, param, code}}``, never a trace."""
+
+    @app.exception_handler(APIError)
+    async def _api_error(_: Request, exc: APIError) -> JSONResponse:
+        return error_response(exc.status, exc.message, exc.type, exc.param, exc.code)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        message, param = _validation_message(exc)
+        return error_response(400, message, param=param)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        type_ = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        return error_response(exc.status_code, str(exc.detail), type_)
+
+    @app.exception_handler(Exception)
+    async def _internal_error(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error")
+        return error_response(500, f"internal server error: {type(exc).__name__}", "internal_server_error")
+
+
+# --------------------------------------------------------------------------- request handling helpers
+
+
+def _sampling_params(body: SamplingFields, max_tokens: int) -> SamplingParams:
+    if body.min_tokens > max_tokens:
+        raise APIError(400, f"min_tokens ({body.min_tokens}) must not exceed max_tokens ({max_tokens})",
+                       param="min_tokens")
+    return SamplingParams(
+        max_tokens=max_tokens,
+        temperature=1.0 if body.temperature is None else body.temperature,
+        top_p=1.0 if body.top_p is None else body.top_p,
+        stop=tuple(body.stop or ()),
+        seed=body.seed,
+        ignore_eos=body.ignore_eos,
+        min_tokens=body.min_tokens,
+    )
+
+
+def _check_request(engine: Engine, body: SamplingFields) -> None:
+    problem = body.unsupported()
+    if problem is not None:
+        raise APIError(400, problem.args[0], param=problem.param, code="unsupported_parameter")
+    if body.model is not None and body.model not in (engine.served_model_name, engine.model):
+        raise APIError(404, f"The model `{body.model}` does not exist.", param="model", code="model_not_found")
+
+
+def _prepare(engine: Engine, make_prompt, max_tokens: int | None) -> tuple[PreparedPrompt, int]:
+    prompt = make_prompt()
+    try:
+        budget = engine.check_fits(prompt, max_tokens)
+    except PromptTooLong as exc:
+        param = "messages" if max_tokens is None else "max_tokens"
+        raise APIError(400, str(exc), param=param, code="context_length_exceeded") from None
+    return prompt, budget
+
+
+async def _collect(request: Request, stream: AsyncIterator[GenerationDelta]) -> tuple[str, GenerationDelta]:
+    """Run a generation to the end; cancel it as soon as the client disconnects."""
+
+    async def consume() -> tuple[str, GenerationDelta]:
+        parts, last = [], GenerationDelta("", 0)
+        async for delta in stream:
+            parts.append(delta.text)
+            last = delta
+        return "".join(parts), last
+
+    task = asyncio.ensure_future(consume())
+    try:
+        while not task.done():
+            await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+            if not task.done() and await request.is_disconnected():
+                task.cancel()
+                break
+        return await task
+    finally:
+        if not task.done():
+            task.cancel()
+        await stream.aclose()
+
+
+def _sse_response(generation: AsyncIterator[GenerationDelta], prompt: PreparedPrompt, body: SamplingFields,
+                  base: dict, render_choice, preamble: list[dict] = ()) -> StreamingResponse:
+    """Stream a generation as OpenAI SSE chunks; the generation stops when the client goes away.
+
+    ``base`` holds the chunk's id/object/created/model, ``render_choice`` turns a
+    delta into the choice dict, and ``preamble`` lists choices sent before the first
+    token (the chat role chunk). Starlette cancels this generator when the client
+    disconnects, and the ``finally`` then cancels the engine's work at once.
+    """
+    include_usage = bool(body.stream_options and body.stream_options.include_usage)
+
+    def chunk(choices: list[dict], usage: UsageInfo | None = None) -> str:
+        payload = {**base, "choices": choices}
+        if include_usage:
+            payload["usage"] = usage.model_dump() if usage else None
+        return format_event(payload)
+
+    async def events() -> AsyncIterator[str]:
+        tokens = 0
+        try:
+            for choice in preamble:
+                yield chunk([choice])
+            try:
+                async for delta in generation:
+                    tokens = delta.completion_tokens
+                    yield chunk([render_choice(delta)])
+            except Exception as exc:  # engine failure after the headers went out
+                yield _error_event(exc)
+            else:
+                if include_usage:
+                    yield chunk([], _usage(prompt, tokens))
+            yield format_event(DONE_SENTINEL)
+        finally:
+            await generation.aclose()
+
+    return StreamingResponse(events(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+def _usage(prompt: PreparedPrompt, completion_tokens: int) -> UsageInfo:
+    prompt_tokens = len(prompt.token_ids)
+    return UsageInfo(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                     total_tokens=prompt_tokens + completion_tokens)
+
+
+def _error_event(exc: Exception) -> str:
+    log.exception("generation failed mid-stream")
+    info = ErrorInfo(message=f"generation failed: {type(exc).__name__}: {exc}", type="internal_server_error")
+    return format_event({"error": info.model_dump()})
+
+
+# --------------------------------------------------------------------------- app factory
+
+
+def create_app(settings: ServerSettings | None = None, engine: Engine | None = None) -> FastAPI:
+    """Build the FastAPI app; the engine is created and started in the app's lifespan."""
+    settings = settings or ServerSettings.from_env()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        active = engine or create_engine(settings)
+        await asyncio.to_thread(active.start)
+        app.state.engine = active
+        log.info("engine %s ready: model %s, max_model_len %d", active.name, active.served_model_name,
+                 active.max_model_len)
+        try:
+            yield
+        finally:
+            await asyncio.to_thread(active.stop)
+
+    app = FastAPI(title="llmload basic server", version="0.1.0", lifespan=lifespan)
+    app.state.settings = settings
+    install_error_handlers(app)
+
+    if settings.api_key:
+        @app.middleware("http")
+        async def _require_api_key(request: Request, call_next):
+            if request.url.path.startswith("/v1") and \
+                    request.headers.get("authorization") != f"Bearer {settings.api_key}":
+                return error_response(401, "Invalid or missing API key (send 'Authorization: Bearer <key>').",
+                                      code="invalid_api_key")
+            return await call_next(request)
+
+    def get_engine(request: Request) -> Engine:
+        return request.app.state.engine
+
+    @app.get("/health")
+    async def health(request: Request) -> dict:
+        return {"status": "ok", **get_engine(request).info()}
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> ModelList:
+        eng = get_engine(request)
+        return ModelList(data=[ModelCard(id=eng.served_model_name, root=eng.model, max_model_len=eng.max_model_len)])
+
+    @app.post("/v1/completions")
+    async def completions(body: CompletionRequest, request: Request):
+        eng = get_engine(request)
+        _check_request(eng, body)
+        prompt, budget = _prepare(eng, lambda: eng.prepare_completion(body.prompt), body.max_tokens)
+        params = _sampling_params(body, budget)
+        request_id = f"cmpl-{uuid.uuid4().hex}"
+        created = int(time.time())
+        generation = eng.generate(request_id, prompt, params)
+        if not body.stream:
+            text, last = await _collect(request, generation)
+            return CompletionResponse(id=request_id, created=created, model=eng.served_model_name,
+                                      choices=[CompletionChoice(text=text, finish_reason=last.finish_reason)],
+                                      usage=_usage(prompt, last.completion_tokens))
+        base = {"id": request_id, "object": "text_completion", "created": created, "model": eng.served_model_name}
+        return _sse_response(generation, prompt, body, base, lambda d: {
+            "index": 0, "text": d.text, "logprobs": None, "finish_reason": d.finish_reason})
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(body: ChatCompletionRequest, request: Request):
+        eng = get_engine(request)
+        _check_request(eng, body)
+        messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+        try:
+            prompt, budget = _prepare(eng, lambda: eng.prepare_chat(messages), body.max_tokens)
+        except APIError:
+            raise
+        except Exception as exc:  # e.g. a chat template that rejects the role order
+            raise APIError(400, f"cannot apply the chat template: {exc}", param="messages") from None
+        params = _sampling_params(body, budget)
+        request_id = f"chatcmpl-{uuid.uuid4().hex}"
+        created = int(time.time())
+        generation = eng.generate(request_id, prompt, params)
+        if not body.stream:
+            text, last = await _collect(request, generation)
+            choice = ChatCompletionChoice(message=ChatResponseMessage(content=text), finish_reason=last.finish_reason)
+            return ChatCompletionResponse(id=request_id, created=created, model=eng.served_model_name,
+                                          choices=[choice], usage=_usage(prompt, last.completion_tokens))
+        base = {"id": request_id, "object": "chat.completion.chunk", "created": created,
+                "model": eng.served_model_name}
+        role = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+        return _sse_response(generation, prompt, body, base, lambda d: {
+            "index": 0, "delta": {"content": d.text} if d.text else {}, "logprobs": None,
+            "finish_reason": d.finish_reason}, preamble=[role])
+
+    return app
+
+
+def __getattr__(name: str):
+    # ``uvicorn server.app:app`` gets an app built from the environment on first access,
+    # so importing this module builds nothing and loads nothing.
+    if name == "app":
+        value = create_app()
+        globals()["app"] = value
+        return value
+    raise AttributeError(name)

@@ -1,0 +1,27 @@
+"""Serving engines behind one interface (:class:`server.engines.base.Engine`).
+
+``naive``: transformers, one request at a time (the seed's basic script).
+``mock``: no model, tokens on a configurable schedule (tests, calibration).
+"""
+
+from __future__ import annotations
+
+from server.engines.base import Engine
+from server.settings import ServerSettings
+
+ENGINES = ("naive", "mock")
+
+
+def create_engine(settings: ServerSettings) -> Engine:
+    """Build the engine named by ``settings.engine`` (the model is loaded later, by ``start``)."""
+    if settings.engine == "naive":
+        from server.engines.naive import NaiveEngine
+
+        return NaiveEngine(settings.resolved_model(), settings.served_name(), settings.max_model_len,
+                           dtype=settings.dtype, threads=settings.threads)
+    if settings.engine == "mock":
+        from server.engines.mock import MockEngine
+
+        return MockEngine(settings.model or "mock", settings.served_name(), settings.max_model_len,
+                          ttft_ms=settings.mock_ttft_ms, itl_ms=settings.mock_itl_ms)
+    raise ValueError(f"unknown engine {settings.engine!r} (choose from {', '.join(ENGINES)})")

@@ -1,0 +1,141 @@
+"""The engine interface every serving engine implements, and the job plumbing they share.
+
+An engine turns a prepared prompt and sampling settings into a stream of
+:class:`GenerationDelta` (new text, tokens so far, finish reason). The HTTP
+layer never knows which engine it talks to. Engines that compute on a worker
+thread (the naive engine, and the batched one to come) push deltas through a
+:class:`GenerationJob`, which bridges the thread to the asyncio event loop and
+carries the cancellation flag set when a client goes away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import AsyncIterator, Literal
+
+FinishReason = Literal["stop", "length"]
+
+
+class PromptTooLong(ValueError):
+    """The prompt plus the requested output does not fit the model's context."""
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Per-request generation settings (already validated by the HTTP layer)."""
+
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+    ignore_eos: bool = False
+    min_tokens: int = 0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+@dataclass(frozen=True)
+class PreparedPrompt:
+    """A prompt as the engine will see it: the final text and its token ids."""
+
+    text: str
+    token_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class GenerationDelta:
+    """One step of output: text new since the last delta, tokens generated so far, finish reason."""
+
+    text: str
+    completion_tokens: int
+    finish_reason: FinishReason | None = None
+
+
+@dataclass
+class GenerationJob:
+    """One request in flight: its inputs, its output queue and its cancellation flag."""
+
+    request_id: str
+    prompt: PreparedPrompt
+    params: SamplingParams
+    loop: asyncio.AbstractEventLoop
+    queue: asyncio.Queue = field(default_factory=asyncio.Queue)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+    def emit(self, item: GenerationDelta | BaseException) -> None:
+        """Hand a delta (or an error) to the waiting coroutine; safe from any thread."""
+        try:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+        except RuntimeError:  # the event loop is closed: nobody is listening any more
+            self.cancelled.set()
+
+    async def deltas(self) -> AsyncIterator[GenerationDelta]:
+        """Yield deltas until the finishing one; re-raise an engine error."""
+        while True:
+            item = await self.queue.get()
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+            if item.finish_reason is not None:
+                return
+
+
+class Engine(ABC):
+    """A serving engine: prompt preparation plus asynchronous, cancellable generation."""
+
+    #: Name used in ``--engine`` and in ``/health``.
+    name: str = "engine"
+
+    def __init__(self, model: str, served_model_name: str, max_model_len: int | None = None):
+        self.model = model
+        self.served_model_name = served_model_name
+        self._max_model_len_setting = max_model_len
+        self.max_model_len: int = max_model_len or 2048
+
+    @abstractmethod
+    def start(self) -> None:
+        """Load the model and start workers (called once, at server start-up)."""
+
+    def stop(self) -> None:
+        """Stop workers and free resources (called at shutdown)."""
+
+    @abstractmethod
+    def prepare_completion(self, prompt: str) -> PreparedPrompt:
+        """Tokenise a completion-style prompt."""
+
+    @abstractmethod
+    def prepare_chat(self, messages: list[dict]) -> PreparedPrompt:
+        """Render chat messages with the model's chat template and tokenise them."""
+
+    @abstractmethod
+    async def generate(self, request_id: str, prompt: PreparedPrompt,
+                       params: SamplingParams) -> AsyncIterator[GenerationDelta]:
+        """Stream the generation of ``prompt``; closing the iterator cancels it at once."""
+        yield GenerationDelta("", 0)  # pragma: no cover - for type checkers
+
+    def check_fits(self, prompt: PreparedPrompt, max_tokens: int | None) -> int:
+        """Return the output budget, or raise :class:`PromptTooLong` as vLLM words it."""
+        prompt_len = len(prompt.token_ids)
+        room = self.max_model_len - prompt_len
+        if max_tokens is None:
+            if room < 1:
+                raise PromptTooLong(
+                    f"This model's maximum context length is {self.max_model_len} tokens. However, your "
+                    f"prompt has {prompt_len} tokens, which leaves no room for the completion.")
+            return room
+        if prompt_len + max_tokens > self.max_model_len:
+            raise PromptTooLong(
+                f"This model's maximum context length is {self.max_model_len} tokens. However, you requested "
+                f"{prompt_len + max_tokens} tokens ({prompt_len} in the prompt, {max_tokens} in the completion). "
+                f"Please reduce the length of the prompt or of max_tokens.")
+        return max_tokens
+
+    def info(self) -> dict:
+        """What ``/health`` reports about the engine."""
+        return {"engine": self.name, "model": self.served_model_name, "max_model_len": self.max_model_len}

@@ -1,0 +1,74 @@
+"""Loading a transformers causal LM and its tokenizer, and preparing prompts for it.
+
+Shared by the model-backed engines. The model is loaded by :meth:`HFModel.load`
+(at server start-up), never at import.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from server.engines.base import PreparedPrompt
+
+log = logging.getLogger(__name__)
+
+#: Used when a tokenizer has no chat template (GPT-2 and other base models): one
+#: "role: content" line per message, then "assistant:" for the model to continue.
+PLAIN_CHAT_FALLBACK = "plain"
+
+
+def render_plain_chat(messages: list[dict]) -> str:
+    """The documented fallback chat format for models without a chat template."""
+    lines = [f"{m['role']}: {m['content']}" for m in messages]
+    return "\n".join(lines) + "\nassistant:"
+
+
+class HFModel:
+    """A transformers model, its tokenizer, EOS ids and context length."""
+
+    def __init__(self, model: str, dtype: str = "auto", max_model_len: int | None = None,
+                 threads: int | None = None):
+        self.model_name = model
+        self.dtype = dtype
+        self.max_model_len_setting = max_model_len
+        self.threads = threads
+        self.tokenizer = None
+        self.model = None
+        self.eos_token_ids: frozenset[int] = frozenset()
+        self.max_model_len = max_model_len or 2048
+
+    def load(self) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if self.threads:
+            torch.set_num_threads(self.threads)
+        log.info("loading model %s (dtype=%s)", self.model_name, self.dtype)
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_name)
+        dtype = self.dtype if self.dtype == "auto" else getattr(torch, self.dtype)
+        self.model = AutoModelForCausalLM.from_pretrained(self.model_name, dtype=dtype)
+        self.model.eval()
+        config_len = getattr(self.model.config, "max_position_embeddings", None) or 2048
+        self.max_model_len = min(self.max_model_len_setting or config_len, config_len)
+        eos = set()
+        for source in (self.model.generation_config.eos_token_id, self.tokenizer.eos_token_id):
+            if isinstance(source, int):
+                eos.add(source)
+            elif source:
+                eos.update(source)
+        self.eos_token_ids = frozenset(eos)
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> PreparedPrompt:
+        ids = self.tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"]
+        return PreparedPrompt(text=text, token_ids=tuple(ids))
+
+    def prepare_completion(self, prompt: str) -> PreparedPrompt:
+        return self.encode(prompt)
+
+    def prepare_chat(self, messages: list[dict]) -> PreparedPrompt:
+        if getattr(self.tokenizer, "chat_template", None):
+            text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        else:
+            text = render_plain_chat(messages)
+        # The template already contains any BOS token it wants.
+        return self.encode(text, add_special_tokens=False)

@@ -1,0 +1,58 @@
+"""The mock engine: no model, tokens on a fixed schedule.
+
+It serves any number of requests at once and emits each token at a known time:
+the first after ``ttft_ms``, then one every ``itl_ms``, scheduled from the
+request's arrival so that delays never drift. Tests and the load-generator
+calibration compare what the Locust suite measures against these known timings.
+Tokens are words (`` w0 w1 ...``); the prompt's token count is its word count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import AsyncIterator
+
+from server.engines.base import Engine, GenerationDelta, PreparedPrompt, SamplingParams
+from server.engines.hf_model import render_plain_chat
+
+MOCK_WORDS = ("the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "and", "runs", "far")
+
+
+class MockEngine(Engine):
+    """Deterministic timings, unlimited concurrency, exactly ``max_tokens`` tokens per request."""
+
+    name = "mock"
+
+    def __init__(self, model: str, served_model_name: str, max_model_len: int | None = None,
+                 ttft_ms: float = 200.0, itl_ms: float = 20.0):
+        super().__init__(model, served_model_name, max_model_len)
+        self.ttft = ttft_ms / 1000.0
+        self.itl = itl_ms / 1000.0
+
+    def start(self) -> None:
+        pass
+
+    @staticmethod
+    def _prepare(text: str) -> PreparedPrompt:
+        return PreparedPrompt(text=text, token_ids=tuple(range(max(1, len(text.split())))))
+
+    def prepare_completion(self, prompt: str) -> PreparedPrompt:
+        return self._prepare(prompt)
+
+    def prepare_chat(self, messages: list[dict]) -> PreparedPrompt:
+        return self._prepare(render_plain_chat(messages))
+
+    async def generate(self, request_id: str, prompt: PreparedPrompt,
+                       params: SamplingParams) -> AsyncIterator[GenerationDelta]:
+        start = time.perf_counter()
+        for i in range(params.max_tokens):
+            due = start + self.ttft + i * self.itl
+            delay = due - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            finish = "length" if i == params.max_tokens - 1 else None
+            yield GenerationDelta(" " + MOCK_WORDS[i % len(MOCK_WORDS)], i + 1, finish)
+
+    def info(self) -> dict:
+        return {**super().info(), "ttft_ms": self.ttft * 1000, "itl_ms": self.itl * 1000}

@@ -1,0 +1,105 @@
+"""The naive engine: the seed's basic serving script behind the engine interface.
+
+One worker thread generates one request at a time with a plain KV-cached decode
+loop; the other requests wait in arrival order. It is the baseline the
+comparison measures: its throughput cannot grow with concurrency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import uuid
+from typing import AsyncIterator
+
+from server.engines.base import Engine, GenerationDelta, GenerationJob, PreparedPrompt, SamplingParams
+from server.engines.hf_model import HFModel
+from server.engines.sequence import SequenceState, sample_next_token
+
+log = logging.getLogger(__name__)
+
+
+class NaiveEngine(Engine):
+    """transformers, batch size 1, first come first served."""
+
+    name = "naive"
+
+    def __init__(self, model: str, served_model_name: str, max_model_len: int | None = None,
+                 dtype: str = "auto", threads: int | None = None):
+        super().__init__(model, served_model_name, max_model_len)
+        self.hf = HFModel(model, dtype=dtype, max_model_len=max_model_len, threads=threads)
+        self._jobs: queue.Queue[GenerationJob | None] = queue.Queue()
+        self._worker: threading.Thread | None = None
+
+    def start(self) -> None:
+        self.hf.load()
+        self.max_model_len = self.hf.max_model_len
+        self._worker = threading.Thread(target=self._run, name="naive-engine", daemon=True)
+        self._worker.start()
+
+    def stop(self) -> None:
+        if self._worker is not None:
+            self._jobs.put(None)
+            self._worker.join(timeout=10)
+            self._worker = None
+
+    def prepare_completion(self, prompt: str) -> PreparedPrompt:
+        return self.hf.prepare_completion(prompt)
+
+    def prepare_chat(self, messages: list[dict]) -> PreparedPrompt:
+        return self.hf.prepare_chat(messages)
+
+    async def generate(self, request_id: str, prompt: PreparedPrompt,
+                       params: SamplingParams) -> AsyncIterator[GenerationDelta]:
+        job = GenerationJob(request_id or uuid.uuid4().hex, prompt, params, asyncio.get_running_loop())
+        self._jobs.put(job)
+        try:
+            async for delta in job.deltas():
+                yield delta
+        finally:
+            job.cancelled.set()  # no-op when finished; stops the worker at its next step otherwise
+
+    # ------------------------------------------------------------------ worker thread
+
+    def _run(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            if job.cancelled.is_set():
+                continue
+            try:
+                self._generate(job)
+            except Exception as exc:  # report to the request, keep serving the others
+                log.exception("generation failed for %s", job.request_id)
+                job.emit(exc)
+
+    def _generate(self, job: GenerationJob) -> None:
+        import torch
+        from transformers import DynamicCache
+
+        hf = self.hf
+        params = job.params
+        generator = None
+        if not params.greedy:
+            generator = torch.Generator()
+            if params.seed is not None:
+                generator.manual_seed(params.seed)
+            else:
+                generator.seed()
+        state = SequenceState(hf.tokenizer, job.prompt.token_ids, params, hf.eos_token_ids)
+        input_ids = torch.tensor([job.prompt.token_ids], dtype=torch.long)
+        cache = DynamicCache()
+        with torch.inference_mode():
+            while not state.finished:
+                if job.cancelled.is_set():
+                    return
+                out = hf.model(input_ids=input_ids, past_key_values=cache, use_cache=True)
+                cache = out.past_key_values
+                token = sample_next_token(out.logits[0, -1], params, generator, state.blocked_token_ids())
+                delta = state.append(token)
+                if delta is not None:
+                    job.emit(delta)
+                input_ids = torch.tensor([[token]], dtype=torch.long)
