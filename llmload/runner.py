@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from llmload.metrics import MODES, read_results, summarize
-from llmload.paths import REPO_ROOT, RESULTS_DIR, TASKS
+from llmload.paths import REPO_ROOT, RESULTS_DIR, TASKS, dataset_path
 from llmload.services import ServiceError, ServiceProcess, basic_server_command, free_port, http_ok, port_in_use
 
 #: Servers the runner knows how to start. ``basic`` is the basic server's naive engine.
@@ -233,15 +233,20 @@ class Runner:
         self.model_path = resolve_model(model) if needs_model else model
         is_default = model is None or model.lower() in DEFAULT_ALIASES
         self.served_name = DEFAULT_MODEL_NAME if is_default else Path(model).name if Path(model).is_dir() else model
-        from llmload.prompts import ensure_datasets
+        paths = {task: dataset_path(task, self.args.data_dir) for task in self.tasks}
+        if all(p.is_file() for p in paths.values()):
+            self.datasets = paths
+            return
+        from llmload.prompts import ensure_datasets  # builds the missing sets (loads the tokenizer)
 
+        print("building the missing prompt sets ...", flush=True)
         self.datasets = ensure_datasets(self.tasks, data_dir=self.args.data_dir, model=self.model_path)
 
     def write_manifest(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         info = {
             "started": dt.datetime.now().isoformat(timespec="seconds"),
-            "command": " ".join(shlex.quote(a) for a in sys.argv),
+            "command": " ".join(["python -m llmload.runner"] + [shlex.quote(a) for a in sys.argv[1:]]),
             "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(self.args).items()},
             "servers": [asdict(s) for s in self.servers],
             "model": self.model_path, "served_model_name": self.served_name,
