@@ -35,10 +35,13 @@ from llmload.metrics import MODES, read_results, summarize
 from llmload.paths import REPO_ROOT, RESULTS_DIR, TASKS, dataset_path
 from llmload.services import ServiceError, ServiceProcess, basic_server_command, free_port, http_ok, port_in_use
 
-#: Servers the runner knows how to start. ``basic`` is the basic server's naive engine.
-SERVER_KINDS = ("basic", "vllm", "mock")
+#: Servers the runner knows how to start: the basic server with each of its engines, and vLLM.
+SERVER_KINDS = ("basic-naive", "basic-batched", "vllm", "mock")
+#: Short names accepted in ``--servers``.
+SERVER_ALIASES = {"basic": "basic-naive", "naive": "basic-naive", "batched": "basic-batched"}
+BASIC_ENGINES = {"basic-naive": "naive", "basic-batched": "batched", "mock": "mock"}
 QUICK = dict(tasks="chat,qa", modes="sync,stream", parallel="1,4", requests=4, max_tokens=16)
-DEFAULTS = dict(servers="basic,vllm", tasks=",".join(TASKS), modes="sync,stream", parallel="1,2,4,8",
+DEFAULTS = dict(servers="basic-naive,basic-batched,vllm", tasks=",".join(TASKS), modes="sync,stream", parallel="1,2,4,8",
                 requests=8, max_tokens=32)
 
 
@@ -86,7 +89,8 @@ def parse_servers(value: str) -> list[ServerSpec]:
     specs = []
     for item in _csv_list(value, None, "servers"):
         name, _, url = item.partition("=")
-        kind = name.split("@")[0]
+        name = SERVER_ALIASES.get(name, name)
+        kind = name
         if kind not in SERVER_KINDS and not url:
             raise RunnerError(f"unknown server {name!r}: choose from {', '.join(SERVER_KINDS)}, "
                               "or give NAME=URL for a server that is already running")
@@ -277,9 +281,9 @@ class Runner:
                                     kv_cache_gib=self.args.kv_cache_gib)
             self.current = start_vllm(settings, log, timeout=self.args.vllm_timeout)
         else:
-            engine = "naive" if spec.kind == "basic" else "mock"
+            engine = BASIC_ENGINES[spec.kind]
             extra = ["--max-model-len", str(self.args.max_model_len), "--log-level", "warning"]
-            if engine == "naive":
+            if engine != "mock":
                 extra += ["--model", self.model_path, "--served-model-name", self.served_name,
                           "--dtype", self.args.dtype]
             else:

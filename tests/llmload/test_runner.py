@@ -135,7 +135,7 @@ def test_basic_server_on_the_real_model(tmp_path, default_model):
     assert row["status"] == "ok" and int(row["failures"]) == 0
     assert float(row["output_token_throughput"]) > 0
     assert float(row["peak_server_rss_mib"]) > 200  # the model's weights are in the server's memory
-    raw = read_results(run_dir / "basic" / "qa_stream_c2_requests.jsonl")
+    raw = read_results(run_dir / "basic-naive" / "qa_stream_c2_requests.jsonl")
     assert [r.output_tokens for r in raw] == [8, 8]
 
 
