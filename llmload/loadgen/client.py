@@ -1,0 +1,145 @@
+"""One generation request end to end: send, read, interpret, and return a RequestResult whatever happens.
+
+:class:`LLMClient` joins the transport (socket, line timing) and the wire format
+(what the lines mean). It never raises for a failed request: a refused
+connection, an HTTP error, a time-out, a malformed or truncated stream all come
+back as ``RequestResult(success=False, error=...)`` with a one-line message.
+
+Timing: ``start_time`` is ``time.time()`` and ``t0`` is ``time.perf_counter()``,
+both taken right before the request is handed to the socket (the body is
+encoded before); every offset is ``perf_counter() - t0`` at the moment a line
+(stream) or the whole body (sync) was returned by the socket.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import gevent
+
+from llmload.metrics import RequestResult
+from llmload.records import PromptRecord
+from llmload.loadgen.transport import HTTPTransport, LineResponse, TransportError
+from llmload.loadgen.wire import (
+    MODELS_PATH,
+    GenerationParams,
+    Outcome,
+    StreamReader,
+    WireError,
+    build_body,
+    encode_body,
+    first_model_id,
+    http_error_message,
+    read_body,
+)
+
+
+class RequestTimeout(Exception):
+    """Raised by the client's own gevent.Timeout (a distinct class, so no other timeout is mistaken for it)."""
+
+
+class LLMClient:
+    """Sends generation requests for one task through ``transport``; see the module docstring."""
+
+    def __init__(self, transport: HTTPTransport, params: GenerationParams, task: str,
+                 timeout: float = 600.0, worker: str = ""):
+        self.transport = transport
+        self.params = params
+        self.task = task
+        self.timeout = timeout
+        self.worker = worker
+
+    def list_first_model(self) -> str:
+        """The first model id the server lists at ``/v1/models`` (raises TransportError/WireError)."""
+        with gevent.Timeout(self.timeout, RequestTimeout):
+            try:
+                response = self.transport.send("GET", MODELS_PATH)
+                body, _ = response.read()
+                response.close()
+            except RequestTimeout:
+                raise TransportError(f"{MODELS_PATH} did not answer within {self.timeout:g} s") from None
+        if response.status_code != 200:
+            raise WireError(f"{MODELS_PATH}: {http_error_message(response.status_code, body)}")
+        return first_model_id(body)
+
+    def failed(self, record: PromptRecord, error: str) -> RequestResult:
+        """A RequestResult for a request that could not be sent (e.g. no model to ask for)."""
+        return RequestResult(request_id=uuid.uuid4().hex, task=self.task, api=self.params.api,
+                             mode=self.params.mode, start_time=time.time(), end_offset=0.0, success=False,
+                             error=error, prompt_id=record.id, worker=self.worker)
+
+    def generate(self, record: PromptRecord, model: str) -> RequestResult:
+        """Send ``record`` to ``model`` in the configured API style and mode; measure and return the result."""
+        payload = encode_body(build_body(record, self.params, model))
+        accept = "text/event-stream" if self.params.stream else "application/json"
+        response: LineResponse | None = None
+        status = 0
+        outcome: Outcome
+        start_time = time.time()
+        t0 = time.perf_counter()
+        end = t0
+        try:
+            with gevent.Timeout(self.timeout, RequestTimeout):
+                response = self.transport.send("POST", self.params.path, payload, accept=accept)
+                status = response.status_code
+                if status != 200:
+                    body, end = response.read()
+                    outcome = Outcome(error=http_error_message(status, body))
+                elif self.params.stream:
+                    outcome, end = self._read_stream(response, t0)
+                else:
+                    body, end = response.read()
+                    outcome = read_body(self.params.api, body)
+        except RequestTimeout:
+            end = time.perf_counter()
+            outcome = Outcome(error=f"timed out after {self.timeout:g} s (--timeout)")
+        except TransportError as exc:
+            end = time.perf_counter()
+            outcome = Outcome(error=str(exc))
+        finally:
+            if response is not None:
+                response.close()
+        return RequestResult(
+            request_id=uuid.uuid4().hex, task=self.task, api=self.params.api, mode=self.params.mode,
+            start_time=start_time, end_offset=end - t0,
+            token_offsets=outcome.token_offsets,
+            output_tokens=outcome.output_tokens, output_tokens_source=outcome.output_tokens_source,
+            prompt_tokens=outcome.prompt_tokens, success=outcome.success, status_code=status,
+            error=outcome.error, prompt_id=record.id, worker=self.worker, output_chars=outcome.output_chars)
+
+    def _read_stream(self, response: LineResponse, t0: float) -> tuple[Outcome, float]:
+        """Read an SSE body to its end; return the outcome and the ``perf_counter`` time the stream ended."""
+        reader = StreamReader(self.params.api)
+        end = time.perf_counter()
+        try:
+            for line, arrived in response.lines():
+                end = arrived
+                if reader.feed(line, arrived - t0):
+                    break
+            else:
+                reader.end()
+        except WireError as exc:
+            outcome = reader.outcome()
+            outcome.error = str(exc)
+            return outcome, time.perf_counter()
+        except TransportError as exc:
+            outcome = reader.outcome()
+            outcome.error = f"{exc} (mid-stream)"
+            return outcome, time.perf_counter()
+        if reader.done:
+            self._drain(response)
+        outcome = reader.outcome()
+        if not outcome.success and "text/event-stream" not in response.content_type:
+            outcome.error = (f"expected an SSE stream (text/event-stream), got Content-Type "
+                             f"{response.content_type or 'none'}: {outcome.error}")
+        return outcome, end
+
+    @staticmethod
+    def _drain(response: LineResponse) -> None:
+        """Read what follows ``[DONE]`` (normally only the chunked-encoding end) to keep the connection."""
+        try:
+            for _ in response.lines():
+                pass
+        except TransportError:
+            pass  # the answer is complete; a connection that fails now is simply not reused

@@ -1,0 +1,156 @@
+"""HTTP transport over geventhttpclient: a streamed body read line by line as it arrives.
+
+Locust's ``FastHttpUser`` streams with ``iter_content``/``iter_lines``, which wait
+for about 1 KiB before returning anything: small SSE events then arrive late
+(a true 300 ms time to first token was measured as about 510 ms). This
+transport asks geventhttpclient's response for one line at a time
+(``readline``), which returns each line as soon as its bytes are on the socket,
+and sends ``Accept-Encoding: identity`` so that no compression layer buffers
+the body either. Each line is stamped with ``time.perf_counter()`` the moment
+it is returned.
+
+The connection pool is the user's own (the ``FastHttpSession``'s), so
+keep-alive connections are reused between requests; a response abandoned half
+read (an error or a time-out) has its socket closed rather than handed back
+to the pool with unread bytes on it.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+import time
+from typing import Iterator
+from urllib.parse import urlsplit
+
+import gevent
+from geventhttpclient._parser import HTTPParseError
+from geventhttpclient.client import HTTPClientPool
+from geventhttpclient.response import HTTPConnectionClosed, HTTPSocketPoolResponse
+from geventhttpclient.url import URL
+
+#: Headers every request sends: no compression (it would buffer the stream) and JSON in.
+BASE_HEADERS = {"Accept-Encoding": "identity", "Content-Type": "application/json"}
+
+
+class TransportError(ConnectionError):
+    """The request could not be sent or its response not read; the message is one line."""
+
+
+def describe_error(exc: BaseException, url: str) -> str:
+    """A one-line, human message for a socket/HTTP exception raised while talking to ``url``."""
+    where = urlsplit(url).netloc or url
+    if isinstance(exc, ConnectionRefusedError) or getattr(exc, "errno", None) == errno.ECONNREFUSED:
+        return f"connection refused by {where} (is the server running?)"
+    if isinstance(exc, socket.gaierror):
+        return f"cannot resolve host {where}: {exc.strerror or exc}"
+    if isinstance(exc, (socket.timeout, TimeoutError, gevent.Timeout)):
+        return f"network time-out talking to {where}"
+    if isinstance(exc, ConnectionResetError):
+        return f"connection reset by {where}"
+    if isinstance(exc, HTTPConnectionClosed) or (isinstance(exc, HTTPParseError)
+                                                 and "incomplete" in str(exc).lower()):
+        return f"connection closed by {where} before the response ended"
+    if isinstance(exc, HTTPParseError):
+        return f"invalid HTTP response from {where}: {exc}"
+    return f"{type(exc).__name__} talking to {where}: {exc}"
+
+
+class LineResponse:
+    """An HTTP response whose body is read by the caller, line by line or whole."""
+
+    def __init__(self, raw: HTTPSocketPoolResponse, url: str):
+        self._raw = raw
+        self._sock = raw._sock  # kept to close it if the body is abandoned (see discard)
+        self.url = url
+        self.status_code: int = raw.status_code
+        self.content_type: str = str(raw.get("content-type", "") or "")
+
+    def lines(self) -> Iterator[tuple[bytes, float]]:
+        """Each body line (with its ``\\n``) and the ``perf_counter`` time it was returned.
+
+        A last line without a newline is yielded too. Raises :class:`TransportError`
+        when the connection fails or times out mid-body.
+        """
+        raw = self._raw
+        try:
+            while True:
+                line = raw.readline(b"\n")
+                if not line:
+                    break
+                yield line, time.perf_counter()
+            rest = raw.read()  # readline drops an unterminated last line; read() returns it
+            if rest:
+                yield rest, time.perf_counter()
+        except gevent.Timeout:
+            self.discard()
+            raise
+        except (OSError, HTTPParseError) as exc:
+            self.discard()
+            raise TransportError(describe_error(exc, self.url)) from None
+
+    def read(self) -> tuple[bytes, float]:
+        """The whole body and the ``perf_counter`` time its last byte was read."""
+        try:
+            body = self._raw.read()
+        except gevent.Timeout:
+            self.discard()
+            raise
+        except (OSError, HTTPParseError) as exc:
+            self.discard()
+            raise TransportError(describe_error(exc, self.url)) from None
+        return body, time.perf_counter()
+
+    @property
+    def complete(self) -> bool:
+        """True once the whole body has been read (the connection then went back to the pool)."""
+        return bool(self._raw.message_complete)
+
+    def discard(self) -> None:
+        """Give up on the body: close the socket so that no later request reads its leftovers."""
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            try:
+                sock.close()  # the pool drops closed sockets when they are next taken
+            except OSError:
+                pass
+        self._raw.release()
+
+    def close(self) -> None:
+        """Finish with the response: a fully read one keeps its connection alive, others are discarded."""
+        if self.complete:
+            self._raw.release()
+            self._sock = None
+        else:
+            self.discard()
+
+
+class HTTPTransport:
+    """Sends requests to one base URL through a geventhttpclient client pool."""
+
+    def __init__(self, base_url: str, client_pool: HTTPClientPool, headers: dict | None = None):
+        self.base_url = base_url.rstrip("/")
+        self.client_pool = client_pool
+        self.headers = {**BASE_HEADERS, **(headers or {})}
+        self._url = URL(self.base_url + "/")
+
+    def url(self, path: str) -> str:
+        return self.base_url + path
+
+    def send(self, method: str, path: str, body: bytes | None = None, accept: str = "application/json") -> LineResponse:
+        """Send one request and read its status line and headers; the body is left to the caller.
+
+        Raises :class:`TransportError` (one line: refused, unresolvable, reset, ...).
+        A ``gevent.Timeout`` set by the caller passes through.
+        """
+        url = self.url(path)
+        headers = {**self.headers, "Accept": accept}
+        request_uri = (self._url.path.rstrip("/") or "") + path
+        try:
+            client = self.client_pool.get_client(self._url)
+            raw = client.request(method, request_uri, body=body or b"", headers=headers)
+        except gevent.Timeout:
+            raise
+        except (OSError, HTTPParseError) as exc:
+            raise TransportError(describe_error(exc, url)) from None
+        return LineResponse(raw, url)

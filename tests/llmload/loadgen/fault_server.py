@@ -1,0 +1,196 @@
+"""A tiny scripted OpenAI-style server for the load generator's tests: good streams, slow ones and faults.
+
+The request body's ``model`` picks the behaviour (``cycle`` rotates through
+:data:`CYCLE`, one behaviour per request, so that one Locust run meets them all):
+
+* ``ok``: three tokens, 20 ms apart, a usage chunk and ``[DONE]`` (JSON body in sync mode)
+* ``slow``: a role-only chunk at once, then three small tokens ``--gap`` seconds apart
+* ``http500``: HTTP 500 with an OpenAI error body
+* ``malformed``: a chunk that is not JSON
+* ``nodone``: tokens, then the body ends without ``[DONE]``
+* ``midstream``: one token, then ``data: {"error": ...}`` in the HTTP 200 stream
+* ``stall``: one token, then silence for 30 s (a client time-out)
+* ``drop``: one token, then the connection is closed mid-body
+
+Run it standalone (``python fault_server.py --port P``) or in a thread
+(:func:`start_in_thread`). ``last_headers`` keeps the last request's headers and
+``sent_times`` the epoch times the last ``slow`` answer's tokens were written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+CYCLE = ("ok", "http500", "malformed", "nodone", "midstream", "stall", "drop")
+TOKENS = (" alpha", " beta", " gamma")
+
+
+class FaultHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: "FaultServer"
+
+    def log_message(self, *args) -> None:  # quiet
+        pass
+
+    # ---------------------------------------------------------------- helpers
+
+    def send_json(self, status: int, payload: dict) -> None:
+        body = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def start_stream(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+    def chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    def event(self, payload) -> None:
+        data = payload if isinstance(payload, str) else json.dumps(payload)
+        self.chunk(f"data: {data}\n\n".encode())
+
+    def token(self, text: str) -> None:
+        if self.api == "chat":
+            self.event({"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]})
+        else:
+            self.event({"choices": [{"index": 0, "text": text, "finish_reason": None}]})
+
+    def end_stream(self) -> None:
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+    # ---------------------------------------------------------------- routes
+
+    def do_GET(self) -> None:
+        if self.path == "/health":
+            self.send_json(200, {"status": "ok"})
+        elif self.path.endswith("/v1/models"):
+            self.send_json(200, {"object": "list", "data": [{"id": "fault", "object": "model"}]})
+        else:
+            self.send_json(404, {"error": {"message": f"no route {self.path}", "type": "not_found_error"}})
+
+    def do_POST(self) -> None:
+        self.server.last_headers = dict(self.headers)
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+        self.api = "chat" if self.path.endswith("/chat/completions") else "completion"
+        behaviour = body.get("model", "ok")
+        if behaviour == "cycle":
+            behaviour = next(self.server.cycle)
+        getattr(self, f"do_{behaviour}", self.do_unknown)(body)
+
+    def do_unknown(self, body) -> None:
+        self.send_json(404, {"error": {"message": f"The model `{body.get('model')}` does not exist."}})
+
+    def do_ok(self, body) -> None:
+        if not body.get("stream"):
+            time.sleep(0.06)
+            text = "".join(TOKENS)
+            choice = {"index": 0, "message": {"role": "assistant", "content": text}} if self.api == "chat" \
+                else {"index": 0, "text": text}
+            self.send_json(200, {"choices": [choice], "usage": {"prompt_tokens": 3, "completion_tokens": 3}})
+            return
+        self.start_stream()
+        for text in TOKENS:
+            time.sleep(0.02)
+            self.token(text)
+        self.event({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": len(TOKENS)}})
+        self.event("[DONE]")
+        self.end_stream()
+
+    def do_slow(self, body) -> None:
+        self.start_stream()
+        self.event({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
+        sent = []
+        for text in TOKENS:
+            time.sleep(self.server.gap)
+            self.token(text)
+            sent.append(time.time())
+        self.server.sent_times = sent
+        self.event({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": len(TOKENS)}})
+        self.event("[DONE]")
+        self.end_stream()
+
+    def do_http500(self, body) -> None:
+        self.send_json(500, {"error": {"message": "internal server error: RuntimeError",
+                                       "type": "internal_server_error"}})
+
+    def do_malformed(self, body) -> None:
+        self.start_stream()
+        self.token(TOKENS[0])
+        self.chunk(b"data: {this is not json\n\n")
+        self.event("[DONE]")
+        self.end_stream()
+
+    def do_nodone(self, body) -> None:
+        self.start_stream()
+        for text in TOKENS:
+            self.token(text)
+        self.end_stream()
+
+    def do_midstream(self, body) -> None:
+        self.start_stream()
+        self.token(TOKENS[0])
+        self.event({"error": {"message": "generation failed: RuntimeError: out of memory",
+                              "type": "internal_server_error"}})
+        self.event("[DONE]")
+        self.end_stream()
+
+    def do_stall(self, body) -> None:
+        self.start_stream()
+        self.token(TOKENS[0])
+        time.sleep(30)
+
+    def do_drop(self, body) -> None:
+        self.start_stream()
+        self.token(TOKENS[0])
+        self.close_connection = True
+        self.connection.shutdown(2)
+
+
+class FaultServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, port: int, gap: float = 0.3):
+        super().__init__(("127.0.0.1", port), FaultHandler)
+        self.gap = gap
+        self.cycle = itertools.cycle(CYCLE)
+        self.last_headers: dict = {}
+        self.sent_times: list[float] = []  # when each token of the last ``slow`` answer was written
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+def start_in_thread(port: int = 0, gap: float = 0.3) -> FaultServer:
+    """Serve in a daemon thread; ``server.shutdown()`` stops it."""
+    server = FaultServer(port, gap)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--gap", type=float, default=0.3)
+    args = parser.parse_args()
+    server = FaultServer(args.port, args.gap)
+    print(f"serving on {server.url}", flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,34 @@
+"""Fixtures of the Locust suite's tests: mock servers on free ports (helpers live in locust_helpers)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from llmload.paths import REPO_ROOT
+from llmload.services import basic_server_command, free_port
+from locust_helpers import HERE, ITL_MS, TTFT_MS, serving
+
+
+@pytest.fixture(scope="module")
+def recording_mock(tmp_path_factory):
+    """The mock engine recording each token's emission time (the ground truth): (base URL, pid, record path)."""
+    port = free_port()
+    folder = tmp_path_factory.mktemp("recording-mock")
+    record = folder / "tokens.jsonl"
+    cmd = [sys.executable, str(HERE / "recording_mock.py"), "--port", str(port), "--record", str(record),
+           "--mock-ttft-ms", str(TTFT_MS), "--mock-itl-ms", str(ITL_MS)]
+    with serving("recording mock server", cmd, port, folder / "server.log", env={"PYTHONPATH": str(REPO_ROOT)}) \
+            as proc:
+        yield f"http://127.0.0.1:{port}", proc.pid, record
+
+
+@pytest.fixture(scope="module")
+def mock_server(tmp_path_factory):
+    """A mock-engine server with 200 ms to the first token and 20 ms between tokens: (base URL, pid)."""
+    port = free_port()
+    cmd = basic_server_command("mock", port, extra=["--mock-ttft-ms", str(TTFT_MS), "--mock-itl-ms", str(ITL_MS),
+                                                    "--log-level", "warning"])
+    with serving("mock server", cmd, port, tmp_path_factory.mktemp("mock") / "server.log") as proc:
+        yield f"http://127.0.0.1:{port}", proc.pid

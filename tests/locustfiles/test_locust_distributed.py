@@ -1,0 +1,65 @@
+"""Distributed mode: a master and two local workers against the mock engine.
+
+The master's raw log must hold every request exactly once (sent by the
+workers), its totals must equal the sum over workers, and ``--requests`` must
+hold over the whole cluster. The workers get no options but the master's
+address: Locust forwards the master's custom options (here --dataset, --mode,
+--requests ...) to them.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections import Counter
+
+import pytest
+
+from locust_helpers import locust_command, output, read_stats, run_locust, write_prompts
+from llmload.metrics import read_results, summarize
+from llmload.paths import REPO_ROOT
+from llmload.services import free_port
+
+REQUESTS = 37  # not a multiple of the users: the budget must stop at exactly this many
+
+
+def test_master_and_two_workers(mock_server, tmp_path):
+    url, _ = mock_server
+    prompts = write_prompts(tmp_path / "chat.jsonl")
+    prefix = tmp_path / "dist"
+    port = free_port()
+    worker_cmd = locust_command("chat.py", url, "--worker", "--master-host", "127.0.0.1", "--master-port", str(port))
+    workers = [subprocess.Popen(worker_cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True) for _ in range(2)]
+    try:
+        master = run_locust("chat.py", url, "--master", "--expect-workers", "2", "--master-bind-host", "127.0.0.1",
+                            "--master-bind-port", str(port), "-u", "8", "-r", "8", "-t", "60s", "--csv", str(prefix),
+                            "--requests", str(REQUESTS), "--mode", "stream", "--max-tokens", "10", "--ignore-eos",
+                            "--dataset", str(prompts), timeout=120)
+        worker_logs = [w.communicate(timeout=30)[0] for w in workers]
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
+    log = output(master)
+    assert master.returncode == 0, log[-3000:]
+    assert all(w.returncode == 0 for w in workers), [text[-2000:] for text in worker_logs]
+    assert "Traceback" not in log + "".join(worker_logs)
+
+    results = read_results(f"{prefix}_requests.jsonl")
+    assert len(results) == REQUESTS
+    assert len({r.request_id for r in results}) == REQUESTS  # each request exactly once
+    assert all(r.success for r in results), [r.error for r in results if not r.success][:3]
+    per_worker = Counter(r.worker for r in results)
+    assert len(per_worker) == 2 and all(name and n > 0 for name, n in per_worker.items())
+    assert sum(per_worker.values()) == REQUESTS
+
+    stats = read_stats(prefix)
+    total = stats[("", "Aggregated")]
+    assert int(total["Request Count"]) == int(stats[("POST", "chat /v1/chat/completions")]["Request Count"]) \
+        == REQUESTS
+    for name in ("chat P2FT", "chat TPOT"):  # METRIC rows from both workers, not in the Aggregated total
+        assert int(stats[("METRIC", name)]["Request Count"]) == REQUESTS
+    s = summarize(results)
+    assert float(total["Average Response Time"]) == pytest.approx(s.e2e["mean"] * 1000, abs=0.01)
+    assert abs(s.p2ft["mean"] * 1000 - 200) < 40 and abs(s.tpot["mean"] * 1000 - 20) < 3
+
