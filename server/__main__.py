@@ -27,7 +27,8 @@ def build_parser(defaults: ServerSettings) -> argparse.ArgumentParser:
     p.add_argument("--served-model-name", default=defaults.served_model_name,
                    help="model id clients send and /v1/models lists (default: the model folder's name)")
     p.add_argument("--engine", choices=ENGINES, default=defaults.engine,
-                   help="naive: transformers, one request at a time; mock: no model, fixed timings (default: %(default)s)")
+                   help="naive: transformers, one request at a time; batched: transformers, continuous batching; "
+                        "mock: no model, fixed timings (default: %(default)s)")
     p.add_argument("--host", default=defaults.host, help="bind address (default: %(default)s)")
     p.add_argument("--port", type=int, default=defaults.port, help="port (default: %(default)s)")
     p.add_argument("--max-model-len", type=int, default=defaults.max_model_len,
@@ -35,6 +36,8 @@ def build_parser(defaults: ServerSettings) -> argparse.ArgumentParser:
     p.add_argument("--dtype", default=defaults.dtype, choices=("auto", "float32", "bfloat16", "float16"),
                    help="weights dtype (default: %(default)s = the checkpoint's)")
     p.add_argument("--threads", type=int, default=defaults.threads, help="torch CPU threads (default: torch's)")
+    p.add_argument("--max-num-seqs", type=int, default=defaults.max_num_seqs,
+                   help="batched engine: most requests decoded together; more wait (default: %(default)s)")
     p.add_argument("--api-key", default=defaults.api_key, help="require 'Authorization: Bearer KEY' on /v1/*")
     p.add_argument("--mock-ttft-ms", type=float, default=defaults.mock_ttft_ms,
                    help="mock engine: time to first token in ms (default: %(default)s)")
@@ -45,36 +48,48 @@ def build_parser(defaults: ServerSettings) -> argparse.ArgumentParser:
     return p
 
 
-def port_is_free(host: str, port: int) -> bool:
-    """True when ``host:port`` can be bound now."""
+def bind_problem(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be bound now (one line), or None when it can."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
-                return False
-            raise
-    return True
+                return f"port {port} is already in use: stop the other server or pass --port N"
+            return f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+        except OverflowError:
+            return f"port {port} is out of range (0-65535)"
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser(ServerSettings.from_env()).parse_args(argv)
+    parser = build_parser(ServerSettings.from_env())
+    args = parser.parse_args(argv)
+    if args.max_num_seqs < 1:
+        parser.error(f"--max-num-seqs must be at least 1, got {args.max_num_seqs}")
+    if args.max_model_len is not None and args.max_model_len < 1:
+        parser.error(f"--max-model-len must be at least 1, got {args.max_model_len}")
     settings = ServerSettings(**{k: v for k, v in vars(args).items()})
-    if not port_is_free(settings.host, settings.port):
-        print(f"error: port {settings.port} is already in use: stop the other server or pass --port N",
-              file=sys.stderr)
+    problem = bind_problem(settings.host, settings.port)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
         return 2
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     import uvicorn
 
     from server.app import create_app
+    from server.engines import create_engine
 
+    # Load the model before serving, so that one that cannot load is a one-line error.
     try:
-        app = create_app(settings)
-    except SystemExit as exc:
-        print(exc, file=sys.stderr)
+        engine = create_engine(settings)
+        engine.start()
+    except Exception as exc:
+        print(f"error: cannot start the {settings.engine} engine on model {settings.model or 'default'!r}: "
+              f"{type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
+    app = create_app(settings, engine=engine, engine_started=True)
     uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level,
                 timeout_graceful_shutdown=5)
     return 0

@@ -8,7 +8,7 @@ engine (and so the model) is created and loaded at start-up, never at import.
 from __future__ import annotations
 
 import asyncio
-import json
+import hmac
 import logging
 import time
 import uuid
@@ -17,8 +17,10 @@ from typing import AsyncIterator
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from llmload.sse import DONE_SENTINEL, format_event
 from server.engines import create_engine
@@ -43,6 +45,8 @@ from server.settings import ServerSettings
 log = logging.getLogger("server")
 
 DISCONNECT_POLL_S = 0.05
+#: Status logged for a request whose client went away before the answer (nginx's convention).
+CLIENT_CLOSED_REQUEST = 499
 
 
 class APIError(Exception):
@@ -54,10 +58,38 @@ class APIError(Exception):
         self.status, self.message, self.type, self.param, self.code = status, message, type_, param, code
 
 
+class ClientDisconnected(Exception):
+    """The client closed the connection before its non-streamed answer was ready."""
+
+
 def error_response(status: int, message: str, type_: str = "invalid_request_error",
                    param: str | None = None, code: str | None = None) -> JSONResponse:
+    """An OpenAI-shaped error: ``{"error": {"message", "type", "param", "code"}}``."""
     body = ErrorResponse(error=ErrorInfo(message=message, type=type_, param=param, code=code))
     return JSONResponse(body.model_dump(), status_code=status)
+
+
+class APIKeyMiddleware:
+    """Require ``Authorization: Bearer <key>`` on ``/v1/*``, as vLLM's ``--api-key`` does.
+
+    A plain ASGI middleware on purpose: Starlette's ``BaseHTTPMiddleware`` hides the
+    client's disconnect from the routes, so a non-streamed generation would keep
+    running after its client left.
+    """
+
+    def __init__(self, app: ASGIApp, api_key: str):
+        self.app = app
+        self.expected = f"Bearer {api_key}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"].startswith("/v1"):
+            given = Headers(scope=scope).get("authorization", "").encode()
+            if not hmac.compare_digest(given, self.expected):
+                response = error_response(401, "Invalid or missing API key (send 'Authorization: Bearer <key>').",
+                                          code="invalid_api_key")
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
@@ -69,10 +101,9 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
         return f"Invalid JSON body: {first.get('msg', '')} {first.get('ctx', {}).get('error', '')}".strip(), None
     loc = [str(part) for part in first.get("loc", ()) if part != "body"]
     param = ".".join(loc) or None
-    message = first.get("msg", "invalid value")
-    if param:
-        message = f"{param}: {message}"
-    return message, param
+    if param is None:  # the body as a whole: absent, or JSON that is not an object
+        return "The request body must be a JSON object (Content-Type: application/json).", None
+    return f"{param}: {first.get('msg', 'invalid value')}", param
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -81,6 +112,11 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(APIError)
     async def _api_error(_: Request, exc: APIError) -> JSONResponse:
         return error_response(exc.status, exc.message, exc.type, exc.param, exc.code)
+
+    @app.exception_handler(ClientDisconnected)
+    async def _client_gone(request: Request, _: ClientDisconnected) -> Response:
+        log.info("client disconnected from %s before the answer; generation cancelled", request.url.path)
+        return Response(status_code=CLIENT_CLOSED_REQUEST)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -126,6 +162,8 @@ def _check_request(engine: Engine, body: SamplingFields) -> None:
 
 def _prepare(engine: Engine, make_prompt, max_tokens: int | None) -> tuple[PreparedPrompt, int]:
     prompt = make_prompt()
+    if not prompt.token_ids:
+        raise APIError(400, "The prompt is empty: it has no tokens to continue from.", param="prompt")
     try:
         budget = engine.check_fits(prompt, max_tokens)
     except PromptTooLong as exc:
@@ -135,7 +173,7 @@ def _prepare(engine: Engine, make_prompt, max_tokens: int | None) -> tuple[Prepa
 
 
 async def _collect(request: Request, stream: AsyncIterator[GenerationDelta]) -> tuple[str, GenerationDelta]:
-    """Run a generation to the end; cancel it as soon as the client disconnects."""
+    """Run a generation to the end; cancel it and raise :class:`ClientDisconnected` once the client is gone."""
 
     async def consume() -> tuple[str, GenerationDelta]:
         parts, last = [], GenerationDelta("", 0)
@@ -149,12 +187,12 @@ async def _collect(request: Request, stream: AsyncIterator[GenerationDelta]) -> 
         while not task.done():
             await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
             if not task.done() and await request.is_disconnected():
-                task.cancel()
-                break
-        return await task
+                raise ClientDisconnected()
+        return task.result()
     finally:
         if not task.done():
-            task.cancel()
+            task.cancel()  # the engine sees the cancellation at its next step (or skips a queued job)
+            await asyncio.wait({task})
         await stream.aclose()
 
 
@@ -212,14 +250,21 @@ def _error_event(exc: Exception) -> str:
 # --------------------------------------------------------------------------- app factory
 
 
-def create_app(settings: ServerSettings | None = None, engine: Engine | None = None) -> FastAPI:
-    """Build the FastAPI app; the engine is created and started in the app's lifespan."""
+def create_app(settings: ServerSettings | None = None, engine: Engine | None = None,
+               engine_started: bool = False) -> FastAPI:
+    """Build the FastAPI app; the engine is created and started in the app's lifespan.
+
+    ``python -m server`` starts its engine before serving (so that a model that
+    cannot load is a one-line error, not a traceback) and passes it with
+    ``engine_started=True``; the lifespan then only stops it at shutdown.
+    """
     settings = settings or ServerSettings.from_env()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         active = engine or create_engine(settings)
-        await asyncio.to_thread(active.start)
+        if engine is None or not engine_started:
+            await asyncio.to_thread(active.start)
         app.state.engine = active
         log.info("engine %s ready: model %s, max_model_len %d", active.name, active.served_model_name,
                  active.max_model_len)
@@ -233,13 +278,7 @@ def create_app(settings: ServerSettings | None = None, engine: Engine | None = N
     install_error_handlers(app)
 
     if settings.api_key:
-        @app.middleware("http")
-        async def _require_api_key(request: Request, call_next):
-            if request.url.path.startswith("/v1") and \
-                    request.headers.get("authorization") != f"Bearer {settings.api_key}":
-                return error_response(401, "Invalid or missing API key (send 'Authorization: Bearer <key>').",
-                                      code="invalid_api_key")
-            return await call_next(request)
+        app.add_middleware(APIKeyMiddleware, api_key=settings.api_key)
 
     def get_engine(request: Request) -> Engine:
         return request.app.state.engine

@@ -24,9 +24,13 @@ class UnsupportedOption(ValueError):
 
 
 class OpenAIBaseModel(BaseModel):
-    """Base of every schema: unknown fields are ignored, values are validated strictly enough."""
+    """Base of every schema: unknown fields are ignored, known ones must have the right JSON type.
 
-    model_config = ConfigDict(extra="ignore")
+    Strict, as OpenAI's API is: ``"max_tokens": "5"`` or ``"stream": 1`` is a 400,
+    not silently coerced (an integer is still accepted where a number is expected).
+    """
+
+    model_config = ConfigDict(extra="ignore", strict=True)
 
 
 # --------------------------------------------------------------------------- errors
@@ -56,8 +60,9 @@ class UsageInfo(OpenAIBaseModel):
     total_tokens: int = 0
 
 
-StopField = Annotated[str | list[str] | None, Field(default=None)]
 PositiveInt = Annotated[int, Field(ge=1)]
+#: The range ``torch.Generator.manual_seed`` accepts.
+Seed = Annotated[int, Field(ge=-(2**63), le=2**64 - 1)]
 
 
 class SamplingFields(OpenAIBaseModel):
@@ -67,8 +72,8 @@ class SamplingFields(OpenAIBaseModel):
     logit_bias: dict[str, float] | None = None
     n: int | None = 1
     presence_penalty: float | None = 0.0
-    seed: int | None = None
-    stop: StopField
+    seed: Seed | None = None
+    stop: list[str] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
     temperature: Annotated[float, Field(ge=0.0, le=2.0)] | None = None
@@ -78,12 +83,17 @@ class SamplingFields(OpenAIBaseModel):
     ignore_eos: bool = False
     min_tokens: Annotated[int, Field(ge=0)] = 0
 
+    @field_validator("stop", mode="before")
+    @classmethod
+    def _stop_as_list(cls, value: Any) -> Any:
+        # OpenAI accepts one string or a list of strings; errors then name ``stop`` itself.
+        return [value] if isinstance(value, str) else value
+
     @field_validator("stop")
     @classmethod
-    def _stop_list(cls, value: str | list[str] | None) -> list[str] | None:
-        if value is None:
+    def _stop_list(cls, stops: list[str] | None) -> list[str] | None:
+        if stops is None:
             return None
-        stops = [value] if isinstance(value, str) else value
         if len(stops) > 4:
             raise ValueError("at most 4 stop sequences are allowed")
         if any(s == "" for s in stops):
@@ -110,7 +120,7 @@ class SamplingFields(OpenAIBaseModel):
 
 class CompletionRequest(SamplingFields):
     model: str | None = None
-    prompt: str
+    prompt: Annotated[str, Field(min_length=1)]
     best_of: int | None = None
     echo: bool = False
     logprobs: int | None = None

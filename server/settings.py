@@ -34,6 +34,7 @@ class ServerSettings:
     max_model_len: int | None = None
     dtype: str = "auto"
     threads: int | None = None
+    max_num_seqs: int = 32  # batched engine: most requests decoded together
     api_key: str | None = None
     mock_ttft_ms: float = 200.0
     mock_itl_ms: float = 20.0

@@ -1,6 +1,7 @@
 """Serving engines behind one interface (:class:`server.engines.base.Engine`).
 
 ``naive``: transformers, one request at a time (the seed's basic script).
+``batched``: transformers with continuous batching, up to ``max_num_seqs`` requests at once.
 ``mock``: no model, tokens on a configurable schedule (tests, calibration).
 """
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 from server.engines.base import Engine
 from server.settings import ServerSettings
 
-ENGINES = ("naive", "mock")
+ENGINES = ("naive", "batched", "mock")
 
 
 def create_engine(settings: ServerSettings) -> Engine:
@@ -19,6 +20,11 @@ def create_engine(settings: ServerSettings) -> Engine:
 
         return NaiveEngine(settings.resolved_model(), settings.served_name(), settings.max_model_len,
                            dtype=settings.dtype, threads=settings.threads)
+    if settings.engine == "batched":
+        from server.engines.batched import BatchedEngine
+
+        return BatchedEngine(settings.resolved_model(), settings.served_name(), settings.max_model_len,
+                             dtype=settings.dtype, threads=settings.threads, max_num_seqs=settings.max_num_seqs)
     if settings.engine == "mock":
         from server.engines.mock import MockEngine
 

@@ -7,6 +7,7 @@ Shared by the model-backed engines. The model is loaded by :meth:`HFModel.load`
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from server.engines.base import PreparedPrompt
 
@@ -21,6 +22,16 @@ def render_plain_chat(messages: list[dict]) -> str:
     """The documented fallback chat format for models without a chat template."""
     lines = [f"{m['role']}: {m['content']}" for m in messages]
     return "\n".join(lines) + "\nassistant:"
+
+
+def check_local_model(model: str) -> None:
+    """Fail clearly on a local path that is not a model folder; Hugging Face ids pass through."""
+    path = Path(model).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(f"{model} has no config.json: it is not a Hugging Face model folder")
+    elif path.is_absolute() or model.startswith((".", "~")):
+        raise FileNotFoundError(f"no model folder at {model}")
 
 
 class HFModel:
@@ -38,6 +49,7 @@ class HFModel:
         self.max_model_len = max_model_len or 2048
 
     def load(self) -> None:
+        check_local_model(self.model_name)
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -29,6 +29,7 @@ class MockEngine(Engine):
         super().__init__(model, served_model_name, max_model_len)
         self.ttft = ttft_ms / 1000.0
         self.itl = itl_ms / 1000.0
+        self.running = 0  # generations in flight (``/health``), so tests can see a cancellation
 
     def start(self) -> None:
         pass
@@ -46,13 +47,17 @@ class MockEngine(Engine):
     async def generate(self, request_id: str, prompt: PreparedPrompt,
                        params: SamplingParams) -> AsyncIterator[GenerationDelta]:
         start = time.perf_counter()
-        for i in range(params.max_tokens):
-            due = start + self.ttft + i * self.itl
-            delay = due - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            finish = "length" if i == params.max_tokens - 1 else None
-            yield GenerationDelta(" " + MOCK_WORDS[i % len(MOCK_WORDS)], i + 1, finish)
+        self.running += 1
+        try:
+            for i in range(params.max_tokens):
+                due = start + self.ttft + i * self.itl
+                delay = due - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                finish = "length" if i == params.max_tokens - 1 else None
+                yield GenerationDelta(" " + MOCK_WORDS[i % len(MOCK_WORDS)], i + 1, finish)
+        finally:
+            self.running -= 1
 
     def info(self) -> dict:
-        return {**super().info(), "ttft_ms": self.ttft * 1000, "itl_ms": self.itl * 1000}
+        return {**super().info(), "ttft_ms": self.ttft * 1000, "itl_ms": self.itl * 1000, "running": self.running}

@@ -69,6 +69,7 @@ class NaiveEngine(Engine):
             if job is None:
                 return
             if job.cancelled.is_set():
+                log.info("request %s cancelled while it waited in the queue", job.request_id)
                 continue
             try:
                 self._generate(job)
@@ -95,6 +96,7 @@ class NaiveEngine(Engine):
         with torch.inference_mode():
             while not state.finished:
                 if job.cancelled.is_set():
+                    log.info("request %s cancelled after %d tokens", job.request_id, len(state.token_ids))
                     return
                 out = hf.model(input_ids=input_ids, past_key_values=cache, use_cache=True)
                 cache = out.past_key_values

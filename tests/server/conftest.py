@@ -1,0 +1,35 @@
+"""Fixtures of the basic-server tests: one mock server with known timings, and the real tokenizer.
+
+``real_server`` (one naive server on the embedded model) comes from the
+top-level conftest and is shared with the other test folders.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from llmload.services import ServiceProcess, basic_server_command, free_port
+from server_client import MOCK_ITL_MS, MOCK_MAX_MODEL_LEN, MOCK_TTFT_MS
+
+
+@pytest.fixture(scope="session")
+def mock_url(tmp_path_factory) -> str:
+    """Base URL of a mock-engine server (TTFT 100 ms, ITL 10 ms, context 64 tokens) for the session."""
+    port = free_port()
+    command = basic_server_command("mock", port, extra=[
+        "--mock-ttft-ms", str(MOCK_TTFT_MS), "--mock-itl-ms", str(MOCK_ITL_MS),
+        "--max-model-len", str(MOCK_MAX_MODEL_LEN), "--log-level", "warning"])
+    proc = ServiceProcess("mock server", command, f"http://127.0.0.1:{port}/health",
+                          tmp_path_factory.mktemp("mock-server") / "server.log")
+    proc.start()
+    proc.wait_ready(60)
+    yield f"http://127.0.0.1:{port}"
+    proc.stop()
+
+
+@pytest.fixture(scope="session")
+def hf_tokenizer(default_model):
+    """The embedded model's own tokenizer, to count tokens independently of the server."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(default_model)
