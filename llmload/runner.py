@@ -138,6 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="float32",
                    help="weights dtype on every started server (default: %(default)s, the checkpoint's own; "
                         "vLLM on CPU would pick bfloat16, which degrades this small model's outputs)")
+    p.add_argument("--threads", type=int, default=max(1, (os.cpu_count() or 2) - 1),
+                   help="torch threads of the basic server (default: %(default)s = cores - 1, as vLLM on CPU "
+                        "keeps one core for its API server; 0 = torch's default)")
     p.add_argument("--kv-cache-gib", type=float, default=2.0, help="vLLM on CPU: KV cache GiB (default: 2)")
     p.add_argument("--vllm-timeout", type=float, default=900.0,
                    help="seconds to wait for vLLM to start (default: %(default)s)")
@@ -291,6 +294,8 @@ class Runner:
             if engine != "mock":
                 extra += ["--model", self.model_path, "--served-model-name", self.served_name,
                           "--dtype", self.args.dtype]
+                if self.args.threads:
+                    extra += ["--threads", str(self.args.threads)]
             else:
                 extra += ["--mock-ttft-ms", str(self.args.mock_ttft_ms), "--mock-itl-ms", str(self.args.mock_itl_ms)]
             cmd = basic_server_command(engine, port, extra=extra)
