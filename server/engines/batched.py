@@ -315,6 +315,8 @@ class BatchedEngine(NaiveEngine):
     # ------------------------------------------------------------------ worker thread
 
     def _run(self) -> None:
+        if self.hf.threads:  # OpenMP thread counts are per thread: set it where the model runs
+            torch.set_num_threads(self.hf.threads)
         while True:
             if not self._take_new_jobs(block=not self.running and not self.waiting):
                 self._abandon()

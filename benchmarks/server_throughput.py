@@ -1,0 +1,389 @@
+"""Server benchmark: naive vs batched vs vLLM, side by side, on the same model, prompts and output length.
+
+For each server in turn (never two at once: they would share the CPU), it
+starts the server, sends one warm-up request, then for each concurrency level
+runs a closed loop: ``C`` client threads, each sending its next streamed
+request as soon as the previous one ends, until ``C x --requests-per-user``
+requests are done. Every request asks for exactly ``--output-tokens`` tokens
+(``ignore_eos``), so all servers produce the same work. Raw timings become
+:class:`llmload.metrics.RequestResult` rows and every figure comes from
+:func:`llmload.metrics.summarize`; the table prints output tokens/s and P2FT
+p50 per server and level, with their ratios to vLLM.
+
+    python -m benchmarks.server_throughput                      # 1, 8, 32 users (tens of minutes on 2 cores)
+    python -m benchmarks.server_throughput --concurrency 1,8 --requests-per-user 2 --output-tokens 32
+    python -m benchmarks.server_throughput --servers naive,batched --out results/bench
+
+The goal the table checks: at 8 and 32 users, batched reaches at least half of
+vLLM's token throughput with a P2FT p50 at most twice vLLM's. On a shared
+machine the figures are noisy: compare runs made at the same time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from llmload.metrics import RequestResult, RunSummary, summarize, write_results
+from llmload.records import RecordFormatError, read_records
+from llmload.services import ServiceError, ServiceProcess, basic_server_command, free_port
+from llmload.sse import SSEDecoder, SSEFormatError
+
+SERVERS = ("naive", "batched", "vllm")
+BASELINE = "vllm"
+GOAL_LEVELS = (8, 32)
+GOAL_THROUGHPUT_RATIO = 0.5  # batched / vLLM output tokens/s, at least
+GOAL_P2FT_RATIO = 2.0  # batched / vLLM P2FT p50, at most
+
+#: Built-in prompts (used when no --prompts file is given): varied lengths, one chat turn each.
+DEFAULT_PROMPTS = (
+    "What is the capital of France?",
+    "Write a short story about a lighthouse keeper who finds a message in a bottle.",
+    "Explain, step by step, how a refrigerator keeps food cold, for a curious twelve-year-old.",
+    "Summarise the following text in three sentences: The printing press, developed in the fifteenth century, "
+    "made books far cheaper to produce. Literacy spread, ideas travelled faster across Europe, and scholars "
+    "could compare identical copies of the same text. Within decades, printed pamphlets shaped religious and "
+    "political debates, and the modern newspaper followed.",
+    "Write a Python function that returns the n-th Fibonacci number, with a docstring and two tests.",
+    "List five tips for staying focused while studying, with one sentence on each.",
+    "Translate into French: The weather is lovely today, so we will have lunch in the garden.",
+    "Compare cats and dogs as pets in a short paragraph.",
+)
+
+
+class BenchError(RuntimeError):
+    """A setting that stops the benchmark before it starts (one clear line)."""
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What every server is asked to do: the same prompts, API and output length."""
+
+    prompts: tuple[tuple[dict, ...], ...]  # chat messages per prompt
+    output_tokens: int
+    model: str  # the id sent as ``model``
+
+    def body(self, index: int) -> dict:
+        """The request body of the ``index``-th request (prompts are cycled)."""
+        return {"model": self.model, "messages": list(self.prompts[index % len(self.prompts)]),
+                "max_tokens": self.output_tokens, "ignore_eos": True,
+                "temperature": 0.0, "stream": True, "stream_options": {"include_usage": True}}
+
+
+# --------------------------------------------------------------------------- the client
+
+
+def send_streamed(url: str, body: dict, request_id: str, timeout: float) -> RequestResult:
+    """Send one streamed chat request and record its raw timings; failures come back as data."""
+    request = urllib.request.Request(f"{url}/v1/chat/completions", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    decoder = SSEDecoder()
+    offsets: list[float] = []
+    output_tokens = prompt_tokens = None
+    chars = 0
+    start_time = time.time()
+    t0 = time.perf_counter()
+    result = RequestResult(request_id=request_id, task="bench", api="chat", mode="stream",
+                           start_time=start_time, end_offset=0.0)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            result.status_code = response.status
+            for line in response:
+                event = decoder.feed(line)
+                if event is None or event.is_done:
+                    continue
+                payload = event.json()
+                if "error" in payload:
+                    raise ValueError(f"server error mid-stream: {payload['error'].get('message', payload)}")
+                usage = payload.get("usage")
+                if usage:
+                    output_tokens, prompt_tokens = usage.get("completion_tokens"), usage.get("prompt_tokens")
+                for choice in payload.get("choices", ()):
+                    text = (choice.get("delta") or {}).get("content") or ""
+                    if text:
+                        offsets.append(time.perf_counter() - t0)
+                        chars += len(text)
+    except urllib.error.HTTPError as exc:
+        result.status_code = exc.code
+        result.success, result.error = False, f"HTTP {exc.code}: {exc.read()[:200].decode(errors='replace')}"
+    except (OSError, ValueError, SSEFormatError) as exc:
+        result.success, result.error = False, f"{type(exc).__name__}: {exc}"
+    result.end_offset = time.perf_counter() - t0
+    result.token_offsets = offsets
+    result.output_chars = chars
+    result.prompt_tokens = prompt_tokens
+    if output_tokens is not None:
+        result.output_tokens, result.output_tokens_source = output_tokens, "usage"
+    elif offsets:
+        result.output_tokens, result.output_tokens_source = len(offsets), "chunks"
+    if result.success and not offsets:
+        result.success, result.error = False, "the stream carried no generated text"
+    return result
+
+
+def run_level(url: str, workload: Workload, concurrency: int, requests: int, timeout: float) -> list[RequestResult]:
+    """A closed loop of ``concurrency`` users until ``requests`` requests are done; their raw results."""
+    results: list[RequestResult] = []
+    lock = threading.Lock()
+    next_index = iter(range(requests))
+
+    def user(worker: int) -> None:
+        while True:
+            with lock:
+                index = next(next_index, None)
+            if index is None:
+                return
+            result = send_streamed(url, workload.body(index), f"bench-{uuid.uuid4().hex[:12]}", timeout)
+            result.worker, result.prompt_id = f"user-{worker}", str(index % len(workload.prompts))
+            with lock:
+                results.append(result)
+
+    threads = [threading.Thread(target=user, args=(w,), daemon=True) for w in range(concurrency)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
+
+
+# --------------------------------------------------------------------------- the servers
+
+
+def start_server(kind: str, args: argparse.Namespace, model_path: str, served_name: str,
+                 log_path: Path) -> tuple[ServiceProcess, str]:
+    """Start one server on a free port and wait until it is healthy; return it and its base URL."""
+    port = free_port()
+    if kind == "vllm":
+        from server.vllm_launcher import VLLMSettings, start_vllm
+
+        settings = VLLMSettings(model=model_path, served_model_name=served_name, port=port,
+                                max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
+                                kv_cache_gib=args.kv_cache_gib)
+        return start_vllm(settings, log_path, timeout=args.vllm_timeout), f"http://127.0.0.1:{port}"
+    extra = ["--served-model-name", served_name, "--max-model-len", str(args.max_model_len), "--log-level", "warning"]
+    if kind == "batched":
+        extra += ["--max-num-seqs", str(args.max_num_seqs)]
+    if args.threads:
+        extra += ["--threads", str(args.threads)]
+    proc = ServiceProcess(f"basic server ({kind})", basic_server_command(kind, port, model=model_path, extra=extra),
+                          f"http://127.0.0.1:{port}/health", log_path)
+    proc.start()
+    proc.wait_ready(300, progress=True)
+    return proc, f"http://127.0.0.1:{port}"
+
+
+@dataclass
+class Cell:
+    """One server at one concurrency level: its summary, or why there is none."""
+
+    server: str
+    concurrency: int
+    summary: RunSummary | None = None
+    error: str = ""
+
+
+def bench_server(kind: str, args: argparse.Namespace, workload: Workload, model_path: str,
+                 out_dir: Path | None, log_dir: Path) -> list[Cell]:
+    """Start ``kind``, warm it up, run every level, stop it."""
+    print(f"== {kind}: starting", file=sys.stderr, flush=True)
+    try:
+        proc, url = start_server(kind, args, model_path, workload.model, log_dir / f"{kind}.log")
+    except (ServiceError, RuntimeError) as exc:
+        message = str(exc).splitlines()[0]
+        print(f"   {kind} did not start: {message}", file=sys.stderr)
+        return [Cell(kind, c, error=f"did not start: {message}") for c in args.concurrency]
+    cells = []
+    try:
+        warm = send_streamed(url, workload.body(0), "warmup", args.timeout)
+        if not warm.success:
+            print(f"   warm-up request failed: {warm.error}", file=sys.stderr)
+        for concurrency in args.concurrency:
+            requests = concurrency * args.requests_per_user
+            print(f"   {kind}: {concurrency} users, {requests} requests", file=sys.stderr, flush=True)
+            results = run_level(url, workload, concurrency, requests, args.timeout)
+            if out_dir is not None:
+                write_results(out_dir / f"{kind}-c{concurrency}.jsonl", results)
+            summary = summarize(results)
+            errors = sorted({r.error for r in results if not r.success})
+            cells.append(Cell(kind, concurrency, summary, "; ".join(errors)[:200]))
+            print(f"   {kind}: {summary.output_token_throughput:.1f} tok/s, P2FT p50 "
+                  f"{_fmt(summary.p2ft['p50'], 's')}, {summary.failures} failed", file=sys.stderr, flush=True)
+    finally:
+        proc.stop()
+    return cells
+
+
+# --------------------------------------------------------------------------- the table
+
+
+def _fmt(value: float | None, unit: str = "", digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}{unit}"
+
+
+def _ratio(value: float | None, base: float | None) -> float | None:
+    return value / base if value is not None and base else None
+
+
+def comparison_rows(cells: list[Cell]) -> list[dict]:
+    """One row per (level, server): throughput, P2FT p50 and their ratios to vLLM at that level."""
+    base = {c.concurrency: c.summary for c in cells if c.server == BASELINE and c.summary}
+    rows = []
+    for cell in sorted(cells, key=lambda c: (c.concurrency, SERVERS.index(c.server))):
+        s, b = cell.summary, base.get(cell.concurrency)
+        tput = s.output_token_throughput if s and s.requests > s.failures else None
+        p2ft = s.p2ft["p50"] if s else None
+        rows.append({
+            "concurrency": cell.concurrency, "server": cell.server,
+            "requests": s.requests if s else 0, "failures": s.failures if s else 0,
+            "output_tokens_per_s": tput, "p2ft_p50_s": p2ft,
+            "throughput_vs_vllm": _ratio(tput, b.output_token_throughput if b else None),
+            "p2ft_vs_vllm": _ratio(p2ft, b.p2ft["p50"] if b else None),
+            "error": cell.error,
+        })
+    return rows
+
+
+def render_table(rows: list[dict]) -> str:
+    header = f"{'users':>5}  {'server':<8} {'reqs':>4} {'fail':>4} {'tok/s':>8} {'x vLLM':>7} {'P2FT p50':>9} {'x vLLM':>7}"
+    lines = [header, "-" * len(header)]
+    for r in rows:
+        lines.append(f"{r['concurrency']:>5}  {r['server']:<8} {r['requests']:>4} {r['failures']:>4} "
+                     f"{_fmt(r['output_tokens_per_s'], '', 1):>8} {_fmt(r['throughput_vs_vllm']):>7} "
+                     f"{_fmt(r['p2ft_p50_s'], 's'):>9} {_fmt(r['p2ft_vs_vllm']):>7}"
+                     + (f"  ({r['error']})" if r["error"] else ""))
+    return "\n".join(lines)
+
+
+def goal_verdicts(rows: list[dict]) -> list[str]:
+    """The issue's goal, checked at each goal level that was measured for batched and vLLM."""
+    verdicts = []
+    for r in rows:
+        if r["server"] != "batched" or r["concurrency"] not in GOAL_LEVELS:
+            continue
+        t, p = r["throughput_vs_vllm"], r["p2ft_vs_vllm"]
+        if t is None or p is None:
+            verdicts.append(f"{r['concurrency']} users: not comparable (a server is missing or failed)")
+            continue
+        ok = t >= GOAL_THROUGHPUT_RATIO and p <= GOAL_P2FT_RATIO
+        verdicts.append(f"{r['concurrency']} users: batched at {t:.2f}x vLLM's tokens/s (goal >= "
+                        f"{GOAL_THROUGHPUT_RATIO}), P2FT {p:.2f}x (goal <= {GOAL_P2FT_RATIO}): "
+                        f"{'met' if ok else 'NOT met'}")
+    return verdicts
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def _int_list(value: str) -> list[int]:
+    try:
+        items = [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {value!r}") from None
+    if not items or min(items) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {value!r}")
+    return items
+
+
+def _server_list(value: str) -> list[str]:
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    unknown = [v for v in items if v not in SERVERS]
+    if not items or unknown:
+        raise argparse.ArgumentTypeError(f"servers must be among {', '.join(SERVERS)}, got {value!r}")
+    return items
+
+
+def _positive(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}")
+    return number
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.server_throughput",
+                                description="Output tokens/s and P2FT p50 of naive, batched and vLLM side by side.")
+    p.add_argument("--servers", type=_server_list, default=list(SERVERS),
+                   help="comma-separated servers to run, in this order (default: naive,batched,vllm)")
+    p.add_argument("--concurrency", type=_int_list, default=[1, 8, 32],
+                   help="comma-separated concurrency levels (default: 1,8,32)")
+    p.add_argument("--requests-per-user", type=_positive, default=2,
+                   help="requests per level = concurrency x this (default: %(default)s)")
+    p.add_argument("--output-tokens", type=_positive, default=64,
+                   help="tokens every request generates (ignore_eos; default: %(default)s)")
+    p.add_argument("--prompts", type=Path, default=None,
+                   help="JSONL prompt records (llmload.records) to use instead of the built-in prompts")
+    p.add_argument("--model", default=None, help="model folder or id (default: the embedded SmolLM2-135M-Instruct)")
+    p.add_argument("--max-model-len", type=_positive, default=2048, help="context limit of every server (default: 2048)")
+    p.add_argument("--max-num-seqs", type=_positive, default=32,
+                   help="batch cap of batched and vLLM alike (default: %(default)s)")
+    p.add_argument("--threads", type=_positive, default=None,
+                   help="torch threads of naive and batched (default: torch's, one per core); on a machine shared "
+                        "with other busy processes, 1 can be faster")
+    p.add_argument("--kv-cache-gib", type=float, default=4.0, help="vLLM on CPU: KV cache GiB (default: %(default)s)")
+    p.add_argument("--vllm-timeout", type=float, default=600.0, help="seconds to wait for vLLM to start (default: 600)")
+    p.add_argument("--timeout", type=float, default=900.0, help="seconds one request may take (default: 900)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="folder for raw per-request JSONL, the table (summary.json) and server logs")
+    return p
+
+
+def load_prompts(path: Path | None) -> tuple[tuple[dict, ...], ...]:
+    """Chat messages per prompt: from a prompt-record file, or the built-in prompts."""
+    if path is None:
+        return tuple(({"role": "user", "content": text},) for text in DEFAULT_PROMPTS)
+    try:
+        records = read_records(path)
+    except (OSError, RecordFormatError) as exc:
+        raise BenchError(f"cannot read prompts from {path}: {exc}") from None
+    if not records:
+        raise BenchError(f"{path} holds no prompt records")
+    return tuple(tuple(r.messages) for r in records)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from llmload.model_store import DEFAULT_MODEL_NAME, ModelNotAvailable, resolve_model
+
+    try:
+        prompts = load_prompts(args.prompts)
+        model_path = resolve_model(args.model)
+    except (BenchError, ModelNotAvailable) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    served = DEFAULT_MODEL_NAME if args.model is None else Path(model_path).name
+    workload = Workload(prompts, args.output_tokens, served)
+    out_dir = args.out
+    log_dir = out_dir or Path("results") / f"bench-{time.strftime('%Y%m%d-%H%M%S')}"
+    log_dir.mkdir(parents=True, exist_ok=True)
+
+    cells: list[Cell] = []
+    for kind in args.servers:
+        cells += bench_server(kind, args, workload, model_path, out_dir, log_dir)
+    rows = comparison_rows(cells)
+    print(f"\n{len(prompts)} prompts, {args.output_tokens} output tokens each (ignore_eos), "
+          f"{args.requests_per_user} requests per user, batch cap {args.max_num_seqs}; server logs in {log_dir}")
+    print(render_table(rows))
+    for verdict in goal_verdicts(rows):
+        print(verdict)
+    if out_dir is not None:
+        (out_dir / "summary.json").write_text(json.dumps(
+            {"settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+             "rows": rows, "summaries": [{"server": c.server, "concurrency": c.concurrency,
+                                          "summary": asdict(c.summary) if c.summary else None} for c in cells]},
+            indent=2))
+    return 0 if all(c.summary and c.summary.failures == 0 for c in cells) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
