@@ -20,6 +20,7 @@ from __future__ import annotations
 import errno
 import socket
 import time
+from contextlib import contextmanager
 from typing import Iterator
 from urllib.parse import urlsplit
 
@@ -73,7 +74,7 @@ class LineResponse:
         when the connection fails or times out mid-body.
         """
         raw = self._raw
-        try:
+        with self._reading():
             while True:
                 line = raw.readline(b"\n")
                 if not line:
@@ -82,24 +83,24 @@ class LineResponse:
             rest = raw.read()  # readline drops an unterminated last line; read() returns it
             if rest:
                 yield rest, time.perf_counter()
-        except gevent.Timeout:
-            self.discard()
-            raise
-        except (OSError, HTTPParseError) as exc:
-            self.discard()
-            raise TransportError(describe_error(exc, self.url)) from None
 
     def read(self) -> tuple[bytes, float]:
         """The whole body and the ``perf_counter`` time its last byte was read."""
-        try:
+        with self._reading():
             body = self._raw.read()
+        return body, time.perf_counter()
+
+    @contextmanager
+    def _reading(self) -> Iterator[None]:
+        """Drop the connection on a time-out or a failed read; a read failure becomes TransportError."""
+        try:
+            yield
         except gevent.Timeout:
             self.discard()
             raise
         except (OSError, HTTPParseError) as exc:
             self.discard()
             raise TransportError(describe_error(exc, self.url)) from None
-        return body, time.perf_counter()
 
     @property
     def complete(self) -> bool:
