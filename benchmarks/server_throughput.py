@@ -17,6 +17,12 @@ p50 per server and level, with their ratios to vLLM.
 The goal the table checks: at 8 and 32 users, batched reaches at least half of
 vLLM's token throughput with a P2FT p50 at most twice vLLM's. On a shared
 machine the figures are noisy: compare runs made at the same time.
+
+Threads: vLLM on a small CPU runs its model on one OpenMP thread and leaves
+the other core to its HTTP front end; the basic servers get the same
+(``--threads 1``) by default. With one thread per core instead
+(``--threads 0``) the batched engine's steps stall whenever another process
+takes a core (see ``server/engines/batched.py``).
 """
 
 from __future__ import annotations
@@ -252,7 +258,9 @@ def comparison_rows(cells: list[Cell]) -> list[dict]:
 
 
 def render_table(rows: list[dict]) -> str:
-    header = f"{'users':>5}  {'server':<8} {'reqs':>4} {'fail':>4} {'tok/s':>8} {'x vLLM':>7} {'P2FT p50':>9} {'x vLLM':>7}"
+    """The side-by-side table: one line per level and server."""
+    header = (f"{'users':>5}  {'server':<8} {'reqs':>4} {'fail':>4} {'tok/s':>8} {'x vLLM':>7} "
+              f"{'P2FT p50':>9} {'x vLLM':>7}")
     lines = [header, "-" * len(header)]
     for r in rows:
         lines.append(f"{r['concurrency']:>5}  {r['server']:<8} {r['requests']:>4} {r['failures']:>4} "
@@ -324,12 +332,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompts", type=Path, default=None,
                    help="JSONL prompt records (llmload.records) to use instead of the built-in prompts")
     p.add_argument("--model", default=None, help="model folder or id (default: the embedded SmolLM2-135M-Instruct)")
-    p.add_argument("--max-model-len", type=_positive, default=2048, help="context limit of every server (default: 2048)")
+    p.add_argument("--max-model-len", type=_positive, default=2048,
+                   help="context limit of every server (default: %(default)s)")
     p.add_argument("--max-num-seqs", type=_positive, default=32,
                    help="batch cap of batched and vLLM alike (default: %(default)s)")
-    p.add_argument("--threads", type=_positive, default=None,
-                   help="torch threads of naive and batched (default: torch's, one per core); on a machine shared "
-                        "with other busy processes, 1 can be faster")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch threads of naive and batched; 0: torch's default, one per core (default: 1, as vLLM "
+                        "on a 2-core CPU: one compute thread, one core left for the HTTP side)")
     p.add_argument("--kv-cache-gib", type=float, default=4.0, help="vLLM on CPU: KV cache GiB (default: %(default)s)")
     p.add_argument("--vllm-timeout", type=float, default=600.0, help="seconds to wait for vLLM to start (default: 600)")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds one request may take (default: 900)")
@@ -352,7 +361,10 @@ def load_prompts(path: Path | None) -> tuple[tuple[dict, ...], ...]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.threads < 0:
+        parser.error(f"--threads must be 0 or more, got {args.threads}")
     from llmload.model_store import DEFAULT_MODEL_NAME, ModelNotAvailable, resolve_model
 
     try:
@@ -372,7 +384,8 @@ def main(argv: list[str] | None = None) -> int:
         cells += bench_server(kind, args, workload, model_path, out_dir, log_dir)
     rows = comparison_rows(cells)
     print(f"\n{len(prompts)} prompts, {args.output_tokens} output tokens each (ignore_eos), "
-          f"{args.requests_per_user} requests per user, batch cap {args.max_num_seqs}; server logs in {log_dir}")
+          f"{args.requests_per_user} requests per user, batch cap {args.max_num_seqs}, basic-server threads "
+          f"{args.threads or 'one per core'}; server logs in {log_dir}")
     print(render_table(rows))
     for verdict in goal_verdicts(rows):
         print(verdict)

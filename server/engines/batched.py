@@ -57,8 +57,9 @@ and there is no per-request ``min_tokens``; per-request temperature/top-p work
 only if the manager was built with non-default values. So this engine keeps
 its own short loop, on transformers models and their standard ``Cache`` API.
 
-Supported models: decoder-only transformers models whose layers all use full
-attention (Llama, SmolLM, Qwen2, Mistral without a sliding window, ...).
+Supported models: decoder-only transformers models whose layers all attend to
+the whole context (Llama, SmolLM, Qwen2, ...; a sliding window only if it is at
+least ``max_model_len`` long); others are refused at start-up with one line.
 """
 
 from __future__ import annotations
@@ -302,13 +303,13 @@ class BatchedEngine(NaiveEngine):
         self.cache: SlotKVCache | None = None
         self.running: list[_Running] = []
         self.waiting: deque[GenerationJob] = deque()  # taken from the job queue, not yet admitted
-        self.steps = 0  # decode steps run (for tests and /health)
-        self.peak_batch = 0
+        self.steps = 0  # decode steps run so far
+        self.peak_batch = 0  # most sequences decoded together so far
 
     def start(self) -> None:
         self.hf.load()
         self.max_model_len = self.hf.max_model_len
-        check_full_attention(self.hf.model.config)
+        check_full_attention(self.hf.model.config, self.max_model_len)
         if self.hf.model.config._attn_implementation == "sdpa":
             self.hf.model.set_attn_implementation(BATCHED_SDPA)
         config = self.hf.model.config.get_text_config()
@@ -436,11 +437,16 @@ class BatchedEngine(NaiveEngine):
             self._remove(index)
 
 
-def check_full_attention(config) -> None:
-    """Refuse models with sliding-window or non-attention layers, which the slot cache does not model."""
+def check_full_attention(config, max_model_len: int) -> None:
+    """Refuse models whose layers do not all attend to the whole context (``max_model_len`` tokens).
+
+    The batch's mask shows each sequence all of its own positions, so a sliding
+    window is honoured only when it is at least as long as the context.
+    """
     text = config.get_text_config()
     kinds = set(getattr(text, "layer_types", None) or ["full_attention"])
     sliding = getattr(text, "sliding_window", None) if getattr(text, "use_sliding_window", True) else None
-    if kinds != {"full_attention"} or sliding:
-        raise ValueError(f"the batched engine supports full-attention models only; {text.model_type} has "
-                         f"layer types {sorted(kinds)} (sliding window {sliding}): use --engine naive")
+    if not kinds <= {"full_attention", "sliding_attention"} or (sliding and sliding < max_model_len):
+        raise ValueError(f"the batched engine supports full-attention models only; {text.model_type} has layer "
+                         f"types {sorted(kinds)} with a sliding window of {sliding} tokens, shorter than "
+                         f"--max-model-len {max_model_len}: lower --max-model-len or use --engine naive")

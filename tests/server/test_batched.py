@@ -32,7 +32,7 @@ from server.engines.base import SamplingParams
 pytestmark = pytest.mark.model
 
 LONG_PROMPT = ("The history of the printing press begins in the fifteenth century, when movable type changed how "
-               "books were made and read across Europe. ") * 12 + "In summary,"
+               "books were made and read across Europe. ") * 8 + "In summary,"
 
 
 @dataclass(frozen=True)
@@ -49,16 +49,15 @@ class Case:
 GREEDY = dict(temperature=0.0)
 CAPITAL = "What is the capital of France?"  # greedy answer: 8 tokens, the last one EOS
 CASES = [
-    Case("capital", CAPITAL, SamplingParams(max_tokens=16, **GREEDY), chat=True),
-    Case("capital-ignore-eos", CAPITAL, SamplingParams(max_tokens=16, ignore_eos=True, **GREEDY), chat=True),
-    Case("capital-min-tokens", CAPITAL, SamplingParams(max_tokens=16, min_tokens=12, **GREEDY), chat=True,
+    Case("capital", CAPITAL, SamplingParams(max_tokens=12, **GREEDY), chat=True),
+    Case("capital-ignore-eos", CAPITAL, SamplingParams(max_tokens=12, ignore_eos=True, **GREEDY), chat=True),
+    Case("capital-min-tokens", CAPITAL, SamplingParams(max_tokens=12, min_tokens=10, **GREEDY), chat=True,
          delay=0.2),
     Case("fib-stop", "def fibonacci(n):", SamplingParams(max_tokens=16, stop=("return",), **GREEDY), delay=0.4),
     Case("long-prompt", LONG_PROMPT, SamplingParams(max_tokens=8, **GREEDY), delay=0.6),
     Case("one-token", "List three colors:", SamplingParams(max_tokens=1, **GREEDY), delay=0.8),
-    Case("sampled-seeded", "Once upon a time", SamplingParams(max_tokens=12, temperature=0.8, top_p=0.9, seed=7),
+    Case("sampled-seeded", "Once upon a time", SamplingParams(max_tokens=8, temperature=0.8, top_p=0.9, seed=7),
          delay=1.0),
-    Case("arithmetic", "What is 2+2?", SamplingParams(max_tokens=16, **GREEDY), chat=True, delay=1.2),
 ]
 
 
@@ -91,14 +90,21 @@ async def run_cases(engine, cases) -> dict[str, Outcome]:
 
 @pytest.fixture(scope="module")
 def engines(default_model):
-    """A naive and a batched engine (at most 4 sequences, so later requests wait) in this process."""
+    """A naive and a batched engine (at most 4 sequences, so later requests wait) in this process.
+
+    The batched one decodes on one thread (robust on a busy CI machine, see the engine's docstring).
+    """
+    import torch
+
     from server.engines.batched import BatchedEngine
     from server.engines.naive import NaiveEngine
 
     naive = NaiveEngine(default_model, "smol", 2048)
-    batched = BatchedEngine(default_model, "smol", 2048, max_num_seqs=4)
+    batched = BatchedEngine(default_model, "smol", 2048, threads=1, max_num_seqs=4)
+    threads = torch.get_num_threads()
     naive.start()
     batched.start()
+    torch.set_num_threads(threads)  # loading also set it for this (the test) thread: undo that
     yield naive, batched
     naive.stop()
     batched.stop()
@@ -134,11 +140,11 @@ def test_outputs_equal_the_naive_engine(compared):
 
 def test_per_request_rules_hold_side_by_side_in_one_batch(compared):
     _, out, _, _ = compared
-    assert out["capital"].finish_reason == "stop" and out["capital"].completion_tokens < 12
+    assert out["capital"].finish_reason == "stop" and out["capital"].completion_tokens < 10
     assert out["capital-ignore-eos"].finish_reason == "length"
-    assert out["capital-ignore-eos"].completion_tokens == 16
+    assert out["capital-ignore-eos"].completion_tokens == 12
     assert out["capital-ignore-eos"].text.startswith(out["capital"].text)
-    assert out["capital-min-tokens"].completion_tokens >= 12
+    assert out["capital-min-tokens"].completion_tokens >= 10
     assert out["fib-stop"].finish_reason == "stop" and "return" not in out["fib-stop"].text
     assert out["fib-stop"].text.strip()
     assert out["one-token"].completion_tokens == 1 and out["one-token"].finish_reason == "length"
@@ -185,6 +191,62 @@ def test_cancelled_sequence_leaves_the_batch_at_once_and_idle_frees_memory(engin
     assert engine.cache.nbytes() == 0, "the KV buffers were not freed when the engine went idle"
 
 
+def _prefill_cache(length: int, seed: int, layers: int = 2):
+    """A one-sequence DynamicCache of ``length`` positions with recognisable random contents."""
+    import torch
+    from transformers import DynamicCache
+
+    gen = torch.Generator().manual_seed(seed)
+    cache = DynamicCache()
+    for layer in range(layers):
+        cache.update(torch.randn(1, 3, length, 4, generator=gen), torch.randn(1, 3, length, 4, generator=gen), layer)
+    return cache
+
+
+def test_slot_cache_rows_join_leave_and_step_without_touching_each_other():
+    import torch
+
+    from server.engines.batched import CAPACITY_STEP, SlotKVCache
+
+    cache = SlotKVCache(num_layers=2, max_slots=4, max_len=600)
+    sources = [_prefill_cache(n, seed) for seed, n in enumerate((5, 300, 7))]
+    for source in sources:
+        cache.add_row(source)
+    assert cache.lengths == [5, 300, 7] and cache.capacity == 2 * CAPACITY_STEP
+    cache.remove_row(0)  # the last row moves into row 0
+    assert cache.lengths == [7, 300]
+    assert torch.equal(cache.keys[1][0, :, :7], sources[2].layers[1].keys[0])
+    assert torch.equal(cache.values[0][1, :, :300], sources[1].layers[0].values[0])
+
+    positions, mask = cache.begin_step()
+    assert positions.tolist() == [[7], [300]] and mask.shape == (2, 1, 1, 301)
+    assert (mask[0, 0, 0, :8] == 0).all() and (mask[0, 0, 0, 8:] < -1e30).all() and (mask[1] == 0).all()
+    new_k, new_v = torch.ones(2, 3, 1, 4), torch.full((2, 3, 1, 4), 2.0)
+    keys, values = cache.write_step(0, new_k, new_v)
+    cache.end_step()
+    assert keys.shape == (2, 3, 301, 4) and cache.lengths == [8, 301]
+    assert (keys[0, :, 7] == 1).all() and (values[1, :, 300] == 2).all()
+    assert torch.equal(keys[0, :, :7], sources[2].layers[0].keys[0])  # earlier positions untouched
+
+    assert cache.nbytes() <= 2 * 2 * 4 * 3 * 600 * 4 * 4  # layers x (K, V) x slots x heads x max_len x dim x 4 B
+    cache.remove_row(1)
+    cache.remove_row(0)
+    cache.release()
+    assert cache.nbytes() == 0 and cache.rows == 0
+
+
+def test_refuses_models_whose_attention_does_not_see_the_whole_context():
+    from transformers import Gemma2Config, LlamaConfig, MistralConfig
+
+    from server.engines.batched import check_full_attention
+
+    check_full_attention(LlamaConfig(), 2048)
+    check_full_attention(MistralConfig(sliding_window=4096), 2048)  # the window covers the context
+    for config in (MistralConfig(sliding_window=1024), Gemma2Config(sliding_window=1024)):
+        with pytest.raises(ValueError, match="sliding window of 1024 tokens"):
+            check_full_attention(config, 2048)
+
+
 def test_rejects_a_batch_cap_below_one(default_model):
     from server.engines.batched import BatchedEngine
 
@@ -201,7 +263,7 @@ def batched_url(default_model, tmp_path_factory):
     port = free_port()
     log = tmp_path_factory.mktemp("batched-server") / "server.log"
     command = basic_server_command("batched", port, model=default_model,
-                                   extra=["--max-model-len", "2048", "--max-num-seqs", "4"])
+                                   extra=["--max-model-len", "2048", "--max-num-seqs", "4", "--threads", "1"])
     proc = ServiceProcess("batched server", command, f"http://127.0.0.1:{port}/health", log)
     proc.start()
     proc.wait_ready(300)

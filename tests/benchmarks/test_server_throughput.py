@@ -1,0 +1,76 @@
+"""The server benchmark's client, table and CLI, against a real mock server (no model, no vLLM)."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.server_throughput import (
+    Cell,
+    Workload,
+    comparison_rows,
+    goal_verdicts,
+    main,
+    render_table,
+    run_level,
+    send_streamed,
+)
+from llmload.metrics import summarize
+
+MESSAGES = (({"role": "user", "content": "Hello there"},), ({"role": "user", "content": "Tell me a story"},))
+
+
+@pytest.fixture
+def mock_url(server_factory) -> str:
+    return server_factory("mock", "--mock-ttft-ms", "50", "--mock-itl-ms", "5", "--log-level", "warning")
+
+
+def test_closed_loop_records_every_request_once_with_its_timings(mock_url):
+    workload = Workload(MESSAGES, output_tokens=6, model="mock")
+    results = run_level(mock_url, workload, concurrency=3, requests=7, timeout=30)
+    assert len(results) == 7 and len({r.request_id for r in results}) == 7
+    assert all(r.success for r in results), [r.error for r in results]
+    assert {r.output_tokens for r in results} == {6} and {r.output_tokens_source for r in results} == {"usage"}
+    assert all(len(r.token_offsets) == 6 and r.token_offsets[0] >= 0.04 for r in results)
+    assert {r.worker for r in results} <= {"user-0", "user-1", "user-2"}
+    summary = summarize(results)
+    assert summary.total_output_tokens == 42 and summary.failures == 0
+    assert 0.04 <= summary.p2ft["p50"] < 2.0
+
+
+def test_a_refused_request_comes_back_as_a_failed_result(mock_url):
+    body = Workload(MESSAGES, output_tokens=6, model="no-such-model").body(0)
+    result = send_streamed(mock_url, body, "r1", timeout=30)
+    assert not result.success and result.status_code == 404 and "does not exist" in result.error
+    gone = send_streamed("http://127.0.0.1:9", body, "r2", timeout=5)
+    assert not gone.success and gone.error
+
+
+def test_table_ratios_and_goal_verdicts_come_from_the_summaries(mock_url):
+    workload = Workload(MESSAGES, output_tokens=4, model="mock")
+    summary = summarize(run_level(mock_url, workload, concurrency=2, requests=2, timeout=30))
+    cells = [Cell("vllm", 8, summary), Cell("batched", 8, summary), Cell("naive", 8, error="did not start: boom")]
+    rows = comparison_rows(cells)
+    assert [r["server"] for r in rows] == ["naive", "batched", "vllm"]
+    batched = rows[1]
+    assert batched["throughput_vs_vllm"] == pytest.approx(1.0) and batched["p2ft_vs_vllm"] == pytest.approx(1.0)
+    assert rows[0]["output_tokens_per_s"] is None and "boom" in render_table(rows)
+    assert goal_verdicts(rows) == ["8 users: batched at 1.00x vLLM's tokens/s (goal >= 0.5), "
+                                   "P2FT 1.00x (goal <= 2.0): met"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--servers", "naive,tgi"], "servers must be among"),
+    (["--concurrency", "1,x"], "comma-separated integers"),
+    (["--output-tokens", "0"], "positive integer"),
+    (["--threads", "-1"], "--threads must be 0 or more"),
+])
+def test_cli_rejects_bad_settings_in_one_line(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_cli_reports_an_unreadable_prompt_file(tmp_path, capsys):
+    assert main(["--prompts", str(tmp_path / "missing.jsonl")]) == 2
+    assert "cannot read prompts" in capsys.readouterr().err
