@@ -46,8 +46,8 @@ def server_factory(tmp_path):
 
 @pytest.fixture(scope="session")
 def real_server(default_model, tmp_path_factory) -> str:
-    """One naive-engine server on the embedded model for the whole session (its base URL)."""
+    """One naive-engine server on the embedded model for the whole session (its base URL), one torch thread."""
     url, proc = _start(tmp_path_factory.mktemp("real-server"), "naive",
-                       ["--model", default_model, "--max-model-len", "2048"], timeout=300)
+                       ["--model", default_model, "--max-model-len", "2048", "--threads", "1"], timeout=300)
     yield url
     proc.stop()

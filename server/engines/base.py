@@ -3,7 +3,7 @@
 An engine turns a prepared prompt and sampling settings into a stream of
 :class:`GenerationDelta` (new text, tokens so far, finish reason). The HTTP
 layer never knows which engine it talks to. Engines that compute on a worker
-thread (the naive engine, and the batched one to come) push deltas through a
+thread (the naive and batched engines) push deltas through a
 :class:`GenerationJob`, which bridges the thread to the asyncio event loop and
 carries the cancellation flag set when a client goes away.
 """

@@ -78,7 +78,7 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from server.engines.base import GenerationJob
 from server.engines.naive import NaiveEngine
-from server.engines.sequence import SequenceState, sample_next_token
+from server.engines.sequence import SequenceState, request_generator, sample_next_token
 
 log = logging.getLogger(__name__)
 
@@ -271,18 +271,6 @@ class _Running:
     last_token: int
 
 
-def request_generator(params) -> torch.Generator | None:
-    """The request's own random generator (seeded when it asks for a seed); None for greedy decoding."""
-    if params.greedy:
-        return None
-    generator = torch.Generator()
-    if params.seed is not None:
-        generator.manual_seed(params.seed)
-    else:
-        generator.seed()
-    return generator
-
-
 class BatchedEngine(NaiveEngine):
     """transformers with continuous batching: up to ``max_num_seqs`` requests decode together.
 
@@ -325,8 +313,7 @@ class BatchedEngine(NaiveEngine):
     # ------------------------------------------------------------------ worker thread
 
     def _run(self) -> None:
-        if self.hf.threads:  # OpenMP thread counts are per thread: set it where the model runs
-            torch.set_num_threads(self.hf.threads)
+        self._start_worker_thread()
         while True:
             if not self._take_new_jobs(block=not self.running and not self.waiting):
                 self._abandon()

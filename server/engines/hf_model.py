@@ -53,8 +53,7 @@ class HFModel:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        if self.threads:
-            torch.set_num_threads(self.threads)
+        self.apply_threads()
         log.info("loading model %s (dtype=%s)", self.model_name, self.dtype)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_name)
         dtype = self.dtype if self.dtype == "auto" else getattr(torch, self.dtype)
@@ -69,6 +68,13 @@ class HFModel:
             elif source:
                 eos.update(source)
         self.eos_token_ids = frozenset(eos)
+
+    def apply_threads(self) -> None:
+        """Apply ``threads`` to the calling thread (OpenMP thread counts are per thread: call it where the model runs)."""
+        if self.threads:
+            import torch
+
+            torch.set_num_threads(self.threads)
 
     def encode(self, text: str, add_special_tokens: bool = True) -> PreparedPrompt:
         ids = self.tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"]

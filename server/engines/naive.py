@@ -16,7 +16,7 @@ from typing import AsyncIterator
 
 from server.engines.base import Engine, GenerationDelta, GenerationJob, PreparedPrompt, SamplingParams
 from server.engines.hf_model import HFModel
-from server.engines.sequence import SequenceState, sample_next_token
+from server.engines.sequence import SequenceState, request_generator, sample_next_token
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +32,7 @@ class NaiveEngine(Engine):
         self.hf = HFModel(model, dtype=dtype, max_model_len=max_model_len, threads=threads)
         self._jobs: queue.Queue[GenerationJob | None] = queue.Queue()
         self._worker: threading.Thread | None = None
+        self.worker_threads: int | None = None  # torch threads in effect where the model runs (``/health``)
 
     def start(self) -> None:
         self.hf.load()
@@ -61,9 +62,21 @@ class NaiveEngine(Engine):
         finally:
             job.cancelled.set()  # no-op when finished; stops the worker at its next step otherwise
 
+    def info(self) -> dict:
+        """``/health``: the engine's fields, the torch threads its worker computes with, requests queued."""
+        return {**super().info(), "threads": self.worker_threads, "waiting": self._jobs.qsize()}
+
     # ------------------------------------------------------------------ worker thread
 
+    def _start_worker_thread(self) -> None:
+        """Apply ``--threads`` in the worker thread itself and record what is in effect there."""
+        import torch
+
+        self.hf.apply_threads()
+        self.worker_threads = torch.get_num_threads()
+
     def _run(self) -> None:
+        self._start_worker_thread()
         while True:
             job = self._jobs.get()
             if job is None:
@@ -83,13 +96,7 @@ class NaiveEngine(Engine):
 
         hf = self.hf
         params = job.params
-        generator = None
-        if not params.greedy:
-            generator = torch.Generator()
-            if params.seed is not None:
-                generator.manual_seed(params.seed)
-            else:
-                generator.seed()
+        generator = request_generator(params)
         state = SequenceState(hf.tokenizer, job.prompt.token_ids, params, hf.eos_token_ids)
         input_ids = torch.tensor([job.prompt.token_ids], dtype=torch.long)
         cache = DynamicCache()

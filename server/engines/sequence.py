@@ -96,6 +96,18 @@ class SequenceState:
             self.finish_reason = "stop"
 
 
+def request_generator(params: SamplingParams) -> torch.Generator | None:
+    """The request's own random generator (seeded when it asks for a seed); None for greedy decoding."""
+    if params.greedy:
+        return None
+    generator = torch.Generator()
+    if params.seed is not None:
+        generator.manual_seed(params.seed)
+    else:
+        generator.seed()
+    return generator
+
+
 def sample_next_token(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None,
                       blocked: frozenset[int] = frozenset()) -> int:
     """Pick the next token from one row of logits: greedy at temperature 0, else temperature + top-p."""

@@ -318,7 +318,9 @@ def test_http_no_request_lost_or_duplicated_beyond_the_batch_cap(batched_url):
     replies = in_threads([lambda b=b: post_ok(batched_url, "/v1/completions", b) for b in bodies])
     assert len({r["id"] for r in replies}) == len(bodies)
     assert [r["usage"]["completion_tokens"] for r in replies] == [b["max_tokens"] for b in bodies]
-    assert health(batched_url)["max_num_seqs"] == 4
+    info = health(batched_url)
+    assert info["max_num_seqs"] == 4
+    assert info["threads"] == 1, "--threads did not reach the worker thread that runs the model"
 
 
 def test_http_client_disconnect_removes_the_sequence(batched_url):

@@ -259,3 +259,10 @@ def test_plain_chat_fallback_without_a_template(server_factory, model_without_te
     assert plain == "system: Be brief.\nuser: Hello there!\nassistant:"
     assert answer["usage"]["prompt_tokens"] == len(hf_tokenizer(plain, add_special_tokens=False)["input_ids"])
     assert answer["usage"]["completion_tokens"] == 2
+
+
+def test_threads_setting_reaches_the_worker_thread(real_server):
+    # the session server runs with --threads 1; OpenMP thread counts are per thread, so the engine must apply
+    # it in the worker thread that runs the model, not only where the model was loaded
+    info = httpx.get(real_server + "/health", timeout=10).json()
+    assert info["engine"] == "naive" and info["threads"] == 1
