@@ -201,8 +201,11 @@ def _sse_response(generation: AsyncIterator[GenerationDelta], prompt: PreparedPr
     """Stream a generation as OpenAI SSE chunks; the generation stops when the client goes away.
 
     ``base`` holds the chunk's id/object/created/model, ``render_choice`` turns a
-    delta into the choice dict, and ``preamble`` lists choices sent before the first
-    token (the chat role chunk). Starlette cancels this generator when the client
+    delta into the choice dict, and ``preamble`` lists choices sent just before the
+    first token's chunk (the chat role chunk). As in vLLM, the preamble waits for
+    the first token: clients that time the first chunk with ``choices`` (``vllm
+    bench serve`` does) then measure the time to the first token, not to the
+    request's acceptance. Starlette cancels this generator when the client
     disconnects, and the ``finally`` then cancels the engine's work at once.
     """
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
@@ -215,16 +218,20 @@ def _sse_response(generation: AsyncIterator[GenerationDelta], prompt: PreparedPr
 
     async def events() -> AsyncIterator[str]:
         tokens = 0
+        waiting = list(preamble)
         try:
-            for choice in preamble:
-                yield chunk([choice])
             try:
                 async for delta in generation:
+                    for choice in waiting:
+                        yield chunk([choice])
+                    waiting = []
                     tokens = delta.completion_tokens
                     yield chunk([render_choice(delta)])
             except Exception as exc:  # engine failure after the headers went out
                 yield _error_event(exc)
             else:
+                for choice in waiting:  # a generation without any delta still answers in full
+                    yield chunk([choice])
                 if include_usage:
                     yield chunk([], _usage(prompt, tokens))
             yield format_event(DONE_SENTINEL)

@@ -41,6 +41,17 @@ def short_request_seconds(base_url: str) -> float:
     return seconds
 
 
+def wait_for_health(base_url: str, within: float = 30.0, **expected) -> None:
+    """Wait until ``/health`` reports ``expected`` (e.g. ``waiting=1``)."""
+    deadline = time.monotonic() + within
+    while True:
+        info = httpx.get(base_url + "/health", timeout=10).json()
+        if all(info.get(key) == value for key, value in expected.items()):
+            return
+        assert time.monotonic() < deadline, f"/health never reported {expected}: {info}"
+        time.sleep(0.05)
+
+
 def assert_not_delayed(idle: float, after: float) -> None:
     """After the disconnect the short request took about its idle time, not the long request's minutes.
 
@@ -76,7 +87,7 @@ def test_disconnect_while_waiting_in_the_queue(real_server):
                                                               "stream": True})
     read_until_events(running, 2)
     queued = open_raw_request(real_server, CHAT_PATH, {**long_request(real_server, chat=True), "stream": True})
-    read_until_events(queued, 1)  # its role chunk: the request was accepted and is queued
+    wait_for_health(real_server, waiting=1)  # accepted and queued (its role chunk waits for its first token)
     queued.close()
     time.sleep(0.3)
     running.close()

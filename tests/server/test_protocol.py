@@ -96,6 +96,19 @@ def test_chat_stream_wire_format(mock_url):
     assert result.finish_reason() == "length" and result.text() == mock_text(3)
 
 
+def test_chat_role_chunk_waits_for_the_first_token(mock_url):
+    # as vLLM does: a client that times the first chunk with choices (vllm bench serve) then times the first token
+    with httpx.stream("POST", mock_url + "/v1/chat/completions", timeout=30,
+                      json={"messages": CHAT, "max_tokens": 2, "stream": True}) as response:
+        started = time.perf_counter()
+        lines = response.iter_lines()
+        first = next(line for line in lines if line.startswith("data: "))
+        waited_ms = (time.perf_counter() - started) * 1000
+        assert '"role":"assistant"' in first.replace(" ", "")
+        assert waited_ms >= MOCK_TTFT_MS * 0.9, f"the role chunk came {waited_ms:.0f} ms after the headers"
+        list(lines)
+
+
 @pytest.mark.parametrize("endpoint", ENDPOINTS)
 def test_include_usage_adds_a_final_usage_chunk(mock_url, endpoint):
     path, body = ENDPOINTS[endpoint]
