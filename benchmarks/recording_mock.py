@@ -1,13 +1,14 @@
-"""The basic server's app and mock engine, recording when each token left the engine: the tests' ground truth.
+"""The basic server's app and mock engine, recording when each token left the engine: the ground truth.
 
-    python tests/locustfiles/recording_mock.py --port P --record tokens.jsonl [--mock-ttft-ms 200 --mock-itl-ms 20]
+    python -m benchmarks.recording_mock --port P --record tokens.jsonl [--mock-ttft-ms 200 --mock-itl-ms 20]
 
 It serves exactly what ``python -m server --engine mock`` serves (same app, same
 engine, same schedule) and writes two kinds of JSON lines:
 
-* ``{"prompt": <text>, "token_times": [...]}`` from the engine: the ``time.time()``
-  at which each token was handed to the app, which formats it and writes it to
-  the socket without awaiting anything else (the stream's truth);
+* ``{"prompt": <text>, "arrival": t, "token_times": [...]}`` from the engine:
+  when the request reached the engine, and the ``time.time()`` at which each
+  token was handed to the app, which formats it and writes it to the socket
+  without awaiting anything else (the stream's truth);
 * ``{"request": <request body>, "body_sent": t}`` from an ASGI wrapper: when the
   last byte of the response body was handed to the server (the sync truth, which
   includes building the JSON answer).
@@ -15,17 +16,23 @@ engine, same schedule) and writes two kinds of JSON lines:
 On a loaded machine the event loop runs the engine late, so these times include
 the server's own lateness and are what a perfect client would see. A client's
 measurement minus this truth is its own error: loopback delivery plus its own
-scheduling delay.
+scheduling delay. :func:`server_truth` pairs measured results with their
+truth (the load generator's tests and ``benchmarks.loadgen_capacity`` use it):
+each prompt carries its record id in brackets, ``[chat-3] ...``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import time
+from collections import defaultdict
+from pathlib import Path
 
 import uvicorn
 
+from llmload.metrics import RequestResult, request_metrics
 from server.app import create_app
 from server.engines.mock import MockEngine
 from server.settings import ServerSettings
@@ -39,13 +46,13 @@ class RecordingMockEngine(MockEngine):
         self.record = open(record_path, "a", encoding="utf-8")
 
     async def generate(self, request_id, prompt, params):
-        times = []
+        arrival, times = time.time(), []
         try:
             async for delta in super().generate(request_id, prompt, params):
                 times.append(time.time())
                 yield delta
         finally:
-            self.record.write(json.dumps({"prompt": prompt.text, "token_times": times}) + "\n")
+            self.record.write(json.dumps({"prompt": prompt.text, "arrival": arrival, "token_times": times}) + "\n")
             self.record.flush()
 
 
@@ -73,6 +80,65 @@ def recording_body_sent(app, record):
         return await app(scope, receive_and_keep, send_and_stamp)
 
     return wrapped
+
+
+#: A prompt's record id, as the test and benchmark prompt files write it: ``[chat-3] What is ...``.
+PROMPT_ID = re.compile(r"\[([\w.-]+)\]")
+
+
+def read_record(path: str | Path) -> tuple[dict[str, list[dict]], dict[str, list[float]]]:
+    """The recording, by prompt id: the engine's generations, and the times whole bodies were sent (in order)."""
+    generations: dict[str, list[dict]] = defaultdict(list)
+    bodies: dict[str, list[float]] = defaultdict(list)
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            entry = json.loads(line)
+            generated = "token_times" in entry
+            match = PROMPT_ID.search(entry["prompt"] if generated else entry["request"])
+            if match is None:
+                continue  # /v1/models, /health
+            if generated:
+                generations[match.group(1)].append(entry)
+            else:
+                bodies[match.group(1)].append(entry["body_sent"])
+    return generations, bodies
+
+
+def server_truth(record_path: str | Path, results: list[RequestResult]) -> list[RequestResult]:
+    """For each measured result, the same request as the server served it (``None`` where none matches).
+
+    Stream: the tokens' emission times, as offsets from the client's start. Sync:
+    the time the whole JSON body was sent. A prompt sent more than once is paired
+    in time order: the n-th request of a prompt with its n-th generation.
+    """
+    generations, bodies = read_record(record_path)
+    seen: dict[str, int] = defaultdict(int)
+    truth: list[RequestResult | None] = [None] * len(results)
+    for i in sorted(range(len(results)), key=lambda i: results[i].start_time):
+        r = results[i]
+        n = seen[r.prompt_id]
+        seen[r.prompt_id] += 1
+        runs, sent = generations.get(r.prompt_id, []), bodies.get(r.prompt_id, [])
+        if n >= len(runs):
+            continue
+        offsets = [t - r.start_time for t in runs[n]["token_times"]]
+        end = sent[n] - r.start_time if n < len(sent) else (offsets[-1] if offsets else 0.0)
+        truth[i] = RequestResult(r.request_id, r.task, r.api, r.mode, r.start_time, end_offset=end,
+                                 token_offsets=offsets if r.mode == "stream" else [], output_tokens=len(offsets))
+    return truth
+
+
+def measurement_errors_ms(measured: list[RequestResult], truth: list[RequestResult | None],
+                          field: str = "p2ft") -> list[float]:
+    """Measured minus true ``field`` (``e2e``, ``p2ft``, ``tpot``) in ms, for each request that has both."""
+    errors = []
+    for m, t in zip(measured, truth):
+        if t is None or not m.success:
+            continue
+        got, want = getattr(request_metrics(m), field), getattr(request_metrics(t), field)
+        if got is not None and want is not None:
+            errors.append((got - want) * 1000.0)
+    return errors
 
 
 def main() -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from llmload.paths import REPO_ROOT
 from llmload.services import basic_server_command, free_port
-from locust_helpers import HERE, ITL_MS, TTFT_MS, serving
+from locust_helpers import ITL_MS, TTFT_MS, serving
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +17,7 @@ def recording_mock(tmp_path_factory):
     port = free_port()
     folder = tmp_path_factory.mktemp("recording-mock")
     record = folder / "tokens.jsonl"
-    cmd = [sys.executable, str(HERE / "recording_mock.py"), "--port", str(port), "--record", str(record),
+    cmd = [sys.executable, "-m", "benchmarks.recording_mock", "--port", str(port), "--record", str(record),
            "--mock-ttft-ms", str(TTFT_MS), "--mock-itl-ms", str(ITL_MS)]
     with serving("recording mock server", cmd, port, folder / "server.log", env={"PYTHONPATH": str(REPO_ROOT)}) \
             as proc:

@@ -63,8 +63,6 @@ def read_failures(prefix: Path) -> dict[str, int]:
         return {row["Error"]: int(row["Occurrences"]) for row in csv.DictReader(handle)}
 
 
-HERE = Path(__file__).resolve().parent
-
 
 @contextmanager
 def serving(name: str, cmd: list[str], port: int, log: Path, env: dict | None = None):

@@ -5,7 +5,7 @@ exactly once, ``--requests`` stops at exactly N, Locust's CSV holds the true E2E
 and the P2FT/TPOT rows without inflating the Aggregated count, and the measured
 figures match the truth.
 
-The truth is recorded by the server (``recording_mock.py``: the basic server's
+The truth is recorded by the server (``benchmarks/recording_mock.py``: the basic server's
 app and mock engine, writing when each token left the engine and when each
 answer's body was sent). Per request, truth P2FT = first token's emission - the
 client's start, sync E2E = body sent - the client's start, and so on, derived
@@ -29,49 +29,18 @@ from __future__ import annotations
 
 import csv
 import importlib.util
-import json
-import re
 from statistics import mean, median
 
 import pytest
 
+from benchmarks.recording_mock import measurement_errors_ms, server_truth
 from locust_helpers import ITL_MS, TTFT_MS, output, read_stats, run_locust, write_prompts
-from llmload.metrics import RequestResult, read_results, request_metrics, summarize
+from llmload.metrics import read_results, request_metrics, summarize
 
 TOKENS = 10
 MEDIAN_ERROR_MS = 10.0
 MEAN_ERROR_MS = 10.0
 NOMINAL_MS = 25.0
-
-
-def server_truth(record_path, results: list[RequestResult]) -> list[RequestResult]:
-    """For each measured result, the same request as the server sent it (prompts are unique per request).
-
-    Stream: the tokens' emission times. Sync: the time the whole JSON body was sent.
-    """
-    tokens, bodies = {}, {}
-    for line in open(record_path, encoding="utf-8"):
-        entry = json.loads(line)
-        generated = "token_times" in entry
-        match = re.search(r"\[(chat-\d+)\]", entry["prompt"] if generated else entry["request"])
-        if match is None:
-            continue  # the /v1/models and /health requests
-        if generated:
-            tokens.setdefault(match.group(1), []).append(entry["token_times"])
-        else:
-            bodies.setdefault(match.group(1), []).append(entry["body_sent"])
-    truth = []
-    for r in results:
-        (times,), (sent,) = tokens[r.prompt_id], bodies[r.prompt_id]  # one generation, one answer per request
-        offsets = [t - r.start_time for t in times]
-        truth.append(RequestResult(r.request_id, r.task, r.api, r.mode, r.start_time, end_offset=sent - r.start_time,
-                                   token_offsets=offsets if r.mode == "stream" else [], output_tokens=len(times)))
-    return truth
-
-
-def errors_ms(measured: list[RequestResult], truth: list[RequestResult], field: str) -> list[float]:
-    pairs = [(getattr(request_metrics(m), field), getattr(request_metrics(t), field)) for m, t in zip(measured, truth)]
-    return [(a - b) * 1000 for a, b in pairs]
 
 
 @pytest.mark.parametrize("users, requests", [(1, 5), (32, 48)], ids=["1user", "32users"])
@@ -133,8 +102,9 @@ def test_measures_match_the_truth(recording_mock, tmp_path, mode, api, users, re
 
     # the figures against the server's truth, request by request
     truth = server_truth(record, results)
+    assert None not in truth, "a request has no recorded generation"
     fields = ("e2e", "p2ft", "tpot") if mode == "stream" else ("e2e",)
-    errors = {field: errors_ms(results, truth, field) for field in fields}
+    errors = {field: measurement_errors_ms(results, truth, field) for field in fields}
     print(f"\nMEASURED {mode} {api} users={users}: E2E mean {s.e2e['mean'] * 1000:.1f} ms"
           + (f", P2FT mean {s.p2ft['mean'] * 1000:.1f} ms, TPOT mean {s.tpot['mean'] * 1000:.2f} ms"
              if mode == "stream" else "") + "; error vs server truth: "
