@@ -8,7 +8,10 @@ requests are done. Every request asks for exactly ``--output-tokens`` tokens
 (``ignore_eos``), so all servers produce the same work. Raw timings become
 :class:`llmload.metrics.RequestResult` rows and every figure comes from
 :func:`llmload.metrics.summarize`; the table prints output tokens/s and P2FT
-p50 per server and level, with their ratios to vLLM.
+p50 per server and level, with their ratios to vLLM, and the peak RSS of the
+server's whole process tree during the level (the resource monitor samples it):
+with a large ``--requests-per-user`` this is the long-run memory check, since a
+server that leaks grows from level to level.
 
     python -m benchmarks.server_throughput                      # 1, 8, 32 users (tens of minutes on 2 cores)
     python -m benchmarks.server_throughput --concurrency 1,8 --requests-per-user 2 --output-tokens 32
@@ -38,10 +41,20 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from llmload.loadgen.wire import (
+    ENDPOINTS,
+    GenerationParams,
+    Outcome,
+    StreamReader,
+    WireError,
+    build_body,
+    encode_body,
+    http_error_message,
+)
 from llmload.metrics import RequestResult, RunSummary, summarize, write_results
-from llmload.records import RecordFormatError, read_records
+from llmload.records import PromptRecord, RecordFormatError, read_records
 from llmload.services import ServiceError, ServiceProcess, basic_server_command, free_port
-from llmload.sse import SSEDecoder, SSEFormatError
+from monitors.sampler import peak_usage, read_monitor, start_monitor
 
 SERVERS = ("naive", "batched", "vllm")
 BASELINE = "vllm"
@@ -73,66 +86,59 @@ class BenchError(RuntimeError):
 class Workload:
     """What every server is asked to do: the same prompts, API and output length."""
 
-    prompts: tuple[tuple[dict, ...], ...]  # chat messages per prompt
+    prompts: tuple[PromptRecord, ...]
     output_tokens: int
     model: str  # the id sent as ``model``
 
     def body(self, index: int) -> dict:
-        """The request body of the ``index``-th request (prompts are cycled)."""
-        return {"model": self.model, "messages": list(self.prompts[index % len(self.prompts)]),
-                "max_tokens": self.output_tokens, "ignore_eos": True,
-                "temperature": 0.0, "stream": True, "stream_options": {"include_usage": True}}
+        """The request body of the ``index``-th request (prompts are cycled): chat, streamed, greedy, fixed length."""
+        params = GenerationParams(api="chat", mode="stream", max_tokens=self.output_tokens, ignore_eos=True,
+                                  temperature=0.0)
+        return build_body(self.prompts[index % len(self.prompts)], params, self.model)
 
 
 # --------------------------------------------------------------------------- the client
 
 
 def send_streamed(url: str, body: dict, request_id: str, timeout: float) -> RequestResult:
-    """Send one streamed chat request and record its raw timings; failures come back as data."""
-    request = urllib.request.Request(f"{url}/v1/chat/completions", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
-    decoder = SSEDecoder()
-    offsets: list[float] = []
-    output_tokens = prompt_tokens = None
-    chars = 0
+    """Send one streamed chat request and record its raw timings; failures come back as data.
+
+    The lines are interpreted by the suite's own wire format
+    (:class:`llmload.loadgen.wire.StreamReader`), so a token chunk, the usage
+    count and a broken stream mean here exactly what they mean in the Locust suite.
+    """
+    request = urllib.request.Request(url + ENDPOINTS["chat"], data=encode_body(body),
+                                     headers={"Content-Type": "application/json", "Accept": "text/event-stream"})
+    reader = StreamReader("chat")
+    status = 0
     start_time = time.time()
     t0 = time.perf_counter()
-    result = RequestResult(request_id=request_id, task="bench", api="chat", mode="stream",
-                           start_time=start_time, end_offset=0.0)
+    end = t0
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
-            result.status_code = response.status
+            status = response.status
             for line in response:
-                event = decoder.feed(line)
-                if event is None or event.is_done:
-                    continue
-                payload = event.json()
-                if "error" in payload:
-                    raise ValueError(f"server error mid-stream: {payload['error'].get('message', payload)}")
-                usage = payload.get("usage")
-                if usage:
-                    output_tokens, prompt_tokens = usage.get("completion_tokens"), usage.get("prompt_tokens")
-                for choice in payload.get("choices", ()):
-                    text = (choice.get("delta") or {}).get("content") or ""
-                    if text:
-                        offsets.append(time.perf_counter() - t0)
-                        chars += len(text)
+                end = time.perf_counter()
+                if reader.feed(line, end - t0):
+                    break
+            else:
+                reader.end()
+        outcome = reader.outcome()
     except urllib.error.HTTPError as exc:
-        result.status_code = exc.code
-        result.success, result.error = False, f"HTTP {exc.code}: {exc.read()[:200].decode(errors='replace')}"
-    except (OSError, ValueError, SSEFormatError) as exc:
-        result.success, result.error = False, f"{type(exc).__name__}: {exc}"
-    result.end_offset = time.perf_counter() - t0
-    result.token_offsets = offsets
-    result.output_chars = chars
-    result.prompt_tokens = prompt_tokens
-    if output_tokens is not None:
-        result.output_tokens, result.output_tokens_source = output_tokens, "usage"
-    elif offsets:
-        result.output_tokens, result.output_tokens_source = len(offsets), "chunks"
-    if result.success and not offsets:
-        result.success, result.error = False, "the stream carried no generated text"
-    return result
+        status = exc.code
+        outcome = Outcome(error=http_error_message(exc.code, exc.read()))
+    except WireError as exc:
+        outcome = reader.outcome()
+        outcome.error = str(exc)
+    except (OSError, ValueError) as exc:  # refused, reset, timed out, bad URL
+        end = time.perf_counter()
+        outcome = reader.outcome()
+        outcome.error = f"{type(exc).__name__}: {exc}"
+    return RequestResult(request_id=request_id, task="bench", api="chat", mode="stream", start_time=start_time,
+                         end_offset=end - t0, token_offsets=outcome.token_offsets,
+                         output_tokens=outcome.output_tokens, output_tokens_source=outcome.output_tokens_source,
+                         prompt_tokens=outcome.prompt_tokens, success=outcome.success, status_code=status,
+                         error=outcome.error, output_chars=outcome.output_chars)
 
 
 def run_level(url: str, workload: Workload, concurrency: int, requests: int, timeout: float) -> list[RequestResult]:
@@ -148,7 +154,7 @@ def run_level(url: str, workload: Workload, concurrency: int, requests: int, tim
             if index is None:
                 return
             result = send_streamed(url, workload.body(index), f"bench-{uuid.uuid4().hex[:12]}", timeout)
-            result.worker, result.prompt_id = f"user-{worker}", str(index % len(workload.prompts))
+            result.worker, result.prompt_id = f"user-{worker}", workload.prompts[index % len(workload.prompts)].id
             with lock:
                 results.append(result)
 
@@ -194,6 +200,7 @@ class Cell:
     concurrency: int
     summary: RunSummary | None = None
     error: str = ""
+    peak_rss_mib: float | None = None  # the server's whole process tree, sampled during the level
 
 
 def bench_server(kind: str, args: argparse.Namespace, workload: Workload, model_path: str,
@@ -214,14 +221,18 @@ def bench_server(kind: str, args: argparse.Namespace, workload: Workload, model_
         for concurrency in args.concurrency:
             requests = concurrency * args.requests_per_user
             print(f"   {kind}: {concurrency} users, {requests} requests", file=sys.stderr, flush=True)
-            results = run_level(url, workload, concurrency, requests, args.timeout)
+            monitor_csv = log_dir / f"{kind}-c{concurrency}_monitor.csv"
+            with start_monitor(monitor_csv, server_pid=proc.pid, interval=0.5):
+                results = run_level(url, workload, concurrency, requests, args.timeout)
             if out_dir is not None:
                 write_results(out_dir / f"{kind}-c{concurrency}.jsonl", results)
             summary = summarize(results)
             errors = sorted({r.error for r in results if not r.success})
-            cells.append(Cell(kind, concurrency, summary, "; ".join(errors)[:200]))
+            peak_rss = peak_usage(read_monitor(monitor_csv))["peak_server_rss_mib"]
+            cells.append(Cell(kind, concurrency, summary, "; ".join(errors)[:200], peak_rss))
             print(f"   {kind}: {summary.output_token_throughput:.1f} tok/s, P2FT p50 "
-                  f"{_fmt(summary.p2ft['p50'], 's')}, {summary.failures} failed", file=sys.stderr, flush=True)
+                  f"{_fmt(summary.p2ft['p50'], 's')}, {summary.failures} failed, server RSS peak "
+                  f"{_fmt(peak_rss, ' MiB', 0)}", file=sys.stderr, flush=True)
     finally:
         proc.stop()
     return cells
@@ -252,6 +263,7 @@ def comparison_rows(cells: list[Cell]) -> list[dict]:
             "output_tokens_per_s": tput, "p2ft_p50_s": p2ft,
             "throughput_vs_vllm": _ratio(tput, b.output_token_throughput if b else None),
             "p2ft_vs_vllm": _ratio(p2ft, b.p2ft["p50"] if b else None),
+            "peak_rss_mib": cell.peak_rss_mib,
             "error": cell.error,
         })
     return rows
@@ -260,12 +272,13 @@ def comparison_rows(cells: list[Cell]) -> list[dict]:
 def render_table(rows: list[dict]) -> str:
     """The side-by-side table: one line per level and server."""
     header = (f"{'users':>5}  {'server':<8} {'reqs':>4} {'fail':>4} {'tok/s':>8} {'x vLLM':>7} "
-              f"{'P2FT p50':>9} {'x vLLM':>7}")
+              f"{'P2FT p50':>9} {'x vLLM':>7} {'RSS MiB':>8}")
     lines = [header, "-" * len(header)]
     for r in rows:
         lines.append(f"{r['concurrency']:>5}  {r['server']:<8} {r['requests']:>4} {r['failures']:>4} "
                      f"{_fmt(r['output_tokens_per_s'], '', 1):>8} {_fmt(r['throughput_vs_vllm']):>7} "
-                     f"{_fmt(r['p2ft_p50_s'], 's'):>9} {_fmt(r['p2ft_vs_vllm']):>7}"
+                     f"{_fmt(r['p2ft_p50_s'], 's'):>9} {_fmt(r['p2ft_vs_vllm']):>7} "
+                     f"{_fmt(r['peak_rss_mib'], '', 0):>8}"
                      + (f"  ({r['error']})" if r["error"] else ""))
     return "\n".join(lines)
 
@@ -347,17 +360,19 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def load_prompts(path: Path | None) -> tuple[tuple[dict, ...], ...]:
-    """Chat messages per prompt: from a prompt-record file, or the built-in prompts."""
+def load_prompts(path: Path | None) -> tuple[PromptRecord, ...]:
+    """The prompts: a prompt-record file, or the built-in prompts as one-turn chat records."""
     if path is None:
-        return tuple(({"role": "user", "content": text},) for text in DEFAULT_PROMPTS)
+        return tuple(PromptRecord(id=f"builtin-{i}", task="chat", source="builtin", prompt=text,
+                                  messages=({"role": "user", "content": text},), max_tokens=0, input_tokens=0)
+                     for i, text in enumerate(DEFAULT_PROMPTS))
     try:
         records = read_records(path)
     except (OSError, RecordFormatError) as exc:
         raise BenchError(f"cannot read prompts from {path}: {exc}") from None
     if not records:
         raise BenchError(f"{path} holds no prompt records")
-    return tuple(tuple(r.messages) for r in records)
+    return tuple(records)
 
 
 def main(argv: list[str] | None = None) -> int:
