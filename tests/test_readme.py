@@ -54,3 +54,59 @@ def test_files_the_readme_names_exist(path):
 
 def test_datasets_is_not_a_package():
     assert not (REPO / "datasets" / "__init__.py").exists()
+
+
+def readme_command_lines() -> list[str]:
+    """The commands of the README's bash blocks: continuation lines joined, comments dropped."""
+    lines = []
+    for block in re.findall(r"```bash\n(.*?)```", README, flags=re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.split(" #", 1)[0].strip()
+            if line and not line.startswith("#"):
+                lines.append(line)
+    return lines
+
+
+def help_command(line: str) -> tuple[str, ...] | None:
+    """The command whose --help lists the flags ``line`` uses (None for commands not checked here)."""
+    words = line.split()
+    if words[:2] == ["python", "-m"] and words[2] not in ("venv", "pip") and not words[2].startswith("vllm."):
+        return ("python", "-m", words[2])
+    if words[0] in ("locust", "uvicorn"):
+        return (words[0],)
+    return None
+
+
+def help_text(command: tuple[str, ...]) -> str:
+    """What ``command --help`` prints; for Locust, its own help plus the suite's options (``python -m llmload.loadgen``:
+    Locust prints its help before it imports a locustfile, so it never lists a locustfile's options)."""
+    if command == ("locust",):
+        runs = [["-m", "locust", "-f", "locustfiles/chat.py", "--help"], ["-m", "llmload.loadgen"]]
+    else:
+        runs = [["-m", command[-1], "--help"]]
+    texts = []
+    for args in runs:
+        proc = subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=180)
+        assert proc.returncode == 0, (args, proc.stderr[-2000:])
+        texts.append(proc.stdout)
+    return "\n".join(texts)
+
+
+FLAG_CHECKS = sorted({(cmd, flag) for line in readme_command_lines() if (cmd := help_command(line))
+                      for flag in re.findall(r"(?<!\S)(--[a-z][\w-]*)", line)})
+
+
+@pytest.fixture(scope="module")
+def help_texts() -> dict[tuple[str, ...], str]:
+    """Each checked command's --help output, run once."""
+    return {cmd: help_text(cmd) for cmd in sorted({cmd for cmd, _ in FLAG_CHECKS})}
+
+
+def test_the_readme_commands_use_flags():
+    assert len(FLAG_CHECKS) > 25 and (("locust",), "--requests") in FLAG_CHECKS
+
+
+@pytest.mark.parametrize("cmd, flag", FLAG_CHECKS, ids=[f"{c[-1]}:{f}" for c, f in FLAG_CHECKS])
+def test_every_flag_in_a_readme_command_is_in_its_help(help_texts, cmd, flag):
+    assert re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", help_texts[cmd]), \
+        f"{flag} is not in the help of `{' '.join(cmd)}`"
