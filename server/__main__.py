@@ -35,7 +35,8 @@ def build_parser(defaults: ServerSettings) -> argparse.ArgumentParser:
                    help="context length limit (default: the model's own)")
     p.add_argument("--dtype", default=defaults.dtype, choices=("auto", "float32", "bfloat16", "float16"),
                    help="weights dtype (default: %(default)s = the checkpoint's)")
-    p.add_argument("--threads", type=int, default=defaults.threads, help="torch CPU threads (default: torch's)")
+    p.add_argument("--threads", type=int, default=defaults.threads, help="torch CPU threads of the worker thread that runs the model (default: torch's, one per "
+                        "core); /health reports the count in effect")
     p.add_argument("--max-num-seqs", type=int, default=defaults.max_num_seqs,
                    help="batched engine: most requests decoded together; more wait (default: %(default)s)")
     p.add_argument("--api-key", default=defaults.api_key, help="require 'Authorization: Bearer KEY' on /v1/*")

@@ -31,7 +31,8 @@ def check_local_model(model: str) -> None:
         if not (path / "config.json").is_file():
             raise FileNotFoundError(f"{model} has no config.json: it is not a Hugging Face model folder")
     elif path.is_absolute() or model.startswith((".", "~")):
-        raise FileNotFoundError(f"no model folder at {model}")
+        raise FileNotFoundError(f"no model folder at {model}: pass a model folder or a Hugging Face id, or leave "
+                                f"--model out to use the embedded default (materialised by `make model`)")
 
 
 class HFModel:

@@ -76,6 +76,12 @@ def test_model_that_cannot_load_is_a_one_line_error(tmp_path):
     assert_one_line_error(result, "cannot start the naive engine", str(empty), "has no config.json")
 
 
+def test_missing_model_folder_says_what_to_do(tmp_path):
+    result = run_server_cli("--engine", "naive", "--port", str(free_port()), "--model", "./models/not-materialised")
+    assert result.returncode == 2
+    assert_one_line_error(result, "no model folder at ./models/not-materialised", "make model")
+
+
 @pytest.mark.model
 def test_local_model_check_lets_hub_ids_through(tmp_path, default_model):
     with pytest.raises(FileNotFoundError, match="no model folder at"):
