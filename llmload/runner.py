@@ -235,11 +235,17 @@ class Runner:
 
     def prepare(self) -> None:
         """Materialise the model and build missing prompt sets (both only when something must be started)."""
-        from llmload.model_store import DEFAULT_ALIASES, DEFAULT_MODEL_NAME, resolve_model
+        from llmload.model_store import DEFAULT_ALIASES, DEFAULT_MODEL_NAME, ModelNotAvailable, resolve_model
+        from server.engines.hf_model import check_local_model
 
         needs_model = any(s.url is None and s.kind != "mock" for s in self.servers)
         model = self.args.model
-        self.model_path = resolve_model(model) if needs_model else model
+        try:
+            self.model_path = resolve_model(model) if needs_model else model
+            if needs_model:
+                check_local_model(self.model_path)
+        except (ModelNotAvailable, FileNotFoundError) as exc:
+            raise RunnerError(f"model: {exc}") from None
         is_default = model is None or model.lower() in DEFAULT_ALIASES
         self.served_name = DEFAULT_MODEL_NAME if is_default else Path(model).name if Path(model).is_dir() else model
         paths = {task: dataset_path(task, self.args.data_dir) for task in self.tasks}

@@ -153,9 +153,12 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = build_parser().parse_known_args(argv)
     from llmload.model_store import DEFAULT_ALIASES, DEFAULT_MODEL_NAME, ModelNotAvailable, resolve_model
 
+    from server.engines.hf_model import check_local_model
+
     try:
         model = resolve_model(args.model)
-    except ModelNotAvailable as exc:
+        check_local_model(model)
+    except (ModelNotAvailable, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     served = args.served_model_name or (DEFAULT_MODEL_NAME if args.model is None or

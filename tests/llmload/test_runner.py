@@ -122,6 +122,11 @@ def test_bad_arguments_are_one_clear_line(tmp_path):
     assert proc.stderr.strip().splitlines() == ["error: unknown tasks poetry (choose from chat, summarization, qa, code)"]
     proc = run_runner("--parallel", "1,x")
     assert proc.returncode == 2 and "--parallel must be" in proc.stderr and "Traceback" not in proc.stderr
+    proc = run_runner("--servers", "basic-naive", "--model", "./models/not-there", "--out", str(tmp_path / "y"))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "error: model: no model folder at ./models/not-there: pass a model folder or a Hugging Face id, or leave "
+        "--model out to use the embedded default (materialised by `make model`)"]
 
 
 @pytest.mark.model
