@@ -5,7 +5,8 @@ starts the server, sends one warm-up request, then for each concurrency level
 runs a closed loop: ``C`` client threads, each sending its next streamed
 request as soon as the previous one ends, until ``C x --requests-per-user``
 requests are done. Every request asks for exactly ``--output-tokens`` tokens
-(``ignore_eos``), so all servers produce the same work. Raw timings become
+(``ignore_eos``), so all servers produce the same work, and every prompt is
+unique (see :meth:`Workload.body`). Raw timings become
 :class:`llmload.metrics.RequestResult` rows and every figure comes from
 :func:`llmload.metrics.summarize`; the table prints output tokens/s and P2FT
 p50 per server and level, with their ratios to vLLM, and the peak RSS of the
@@ -38,7 +39,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from llmload.loadgen.wire import (
@@ -91,10 +92,19 @@ class Workload:
     model: str  # the id sent as ``model``
 
     def body(self, index: int) -> dict:
-        """The request body of the ``index``-th request (prompts are cycled): chat, streamed, greedy, fixed length."""
+        """The request body of the ``index``-th request: chat, streamed, greedy, fixed length.
+
+        Prompts are cycled, and each request's last message starts with its number
+        (``[17] ...``), so no two requests are the same: vLLM's prefix cache would
+        otherwise skip the whole prefill of a repeated prompt. It still reuses the
+        chat template's shared beginning, as it would in production.
+        """
         params = GenerationParams(api="chat", mode="stream", max_tokens=self.output_tokens, ignore_eos=True,
                                   temperature=0.0)
-        return build_body(self.prompts[index % len(self.prompts)], params, self.model)
+        record = self.prompts[index % len(self.prompts)]
+        *earlier, last = record.messages
+        unique = replace(record, messages=(*earlier, {**last, "content": f"[{index}] {last['content']}"}))
+        return build_body(unique, params, self.model)
 
 
 # --------------------------------------------------------------------------- the client
@@ -178,9 +188,10 @@ def start_server(kind: str, args: argparse.Namespace, model_path: str, served_na
 
         settings = VLLMSettings(model=model_path, served_model_name=served_name, port=port,
                                 max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
-                                kv_cache_gib=args.kv_cache_gib)
+                                kv_cache_gib=args.kv_cache_gib, dtype=args.dtype)
         return start_vllm(settings, log_path, timeout=args.vllm_timeout), f"http://127.0.0.1:{port}"
-    extra = ["--served-model-name", served_name, "--max-model-len", str(args.max_model_len), "--log-level", "warning"]
+    extra = ["--served-model-name", served_name, "--max-model-len", str(args.max_model_len), "--log-level", "warning",
+             "--dtype", args.dtype]
     if kind == "batched":
         extra += ["--max-num-seqs", str(args.max_num_seqs)]
     if args.threads:
@@ -347,6 +358,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=None, help="model folder or id (default: the embedded SmolLM2-135M-Instruct)")
     p.add_argument("--max-model-len", type=_positive, default=2048,
                    help="context limit of every server (default: %(default)s)")
+    p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                   help="weights dtype of every server, so that all do the same arithmetic (default: %(default)s, "
+                        "as the runner; vLLM alone would pick bfloat16 on CPU)")
     p.add_argument("--max-num-seqs", type=_positive, default=32,
                    help="batch cap of batched and vLLM alike (default: %(default)s)")
     p.add_argument("--threads", type=int, default=1,
@@ -399,8 +413,8 @@ def main(argv: list[str] | None = None) -> int:
         cells += bench_server(kind, args, workload, model_path, out_dir, log_dir)
     rows = comparison_rows(cells)
     print(f"\n{len(prompts)} prompts, {args.output_tokens} output tokens each (ignore_eos), "
-          f"{args.requests_per_user} requests per user, batch cap {args.max_num_seqs}, basic-server threads "
-          f"{args.threads or 'one per core'}; server logs in {log_dir}")
+          f"{args.requests_per_user} requests per user, {args.dtype}, batch cap {args.max_num_seqs}, "
+          f"basic-server threads {args.threads or 'one per core'}; server logs in {log_dir}")
     print(render_table(rows))
     for verdict in goal_verdicts(rows):
         print(verdict)

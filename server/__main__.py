@@ -39,6 +39,10 @@ def build_parser(defaults: ServerSettings) -> argparse.ArgumentParser:
                         "core); /health reports the count in effect")
     p.add_argument("--max-num-seqs", type=int, default=defaults.max_num_seqs,
                    help="batched engine: most requests decoded together; more wait (default: %(default)s)")
+    p.add_argument("--no-prepack-weights", dest="prepack_weights", action="store_false",
+                   default=defaults.prepack_weights,
+                   help="batched engine: keep linear weights in their plain layout instead of oneDNN's blocked one "
+                        "(slower decode steps; to measure what packing brings)")
     p.add_argument("--api-key", default=defaults.api_key, help="require 'Authorization: Bearer KEY' on /v1/*")
     p.add_argument("--mock-ttft-ms", type=float, default=defaults.mock_ttft_ms,
                    help="mock engine: time to first token in ms (default: %(default)s)")

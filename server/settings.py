@@ -12,6 +12,19 @@ from dataclasses import dataclass, fields
 ENV_PREFIX = "LLMLOAD_"
 
 
+def _flag(text: str) -> bool:
+    """An on/off environment value: 1/true/yes/on or 0/false/no/off."""
+    value = text.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(text)
+
+
+_flag.__name__ = "on/off value (1/0, true/false, yes/no, on/off)"
+
+
 def _env(name: str, default=None, cast=str):
     raw = os.environ.get(ENV_PREFIX + name.upper())
     if raw is None or raw == "":
@@ -35,6 +48,7 @@ class ServerSettings:
     dtype: str = "auto"
     threads: int | None = None
     max_num_seqs: int = 32  # batched engine: most requests decoded together
+    prepack_weights: bool = True  # batched engine: linear weights in oneDNN's layout
     api_key: str | None = None
     mock_ttft_ms: float = 200.0
     mock_itl_ms: float = 20.0
@@ -46,7 +60,7 @@ class ServerSettings:
         values = {}
         for f in fields(cls):
             default = f.default
-            cast = {int: int, float: float}.get(type(default), str)
+            cast = {int: int, float: float, bool: _flag}.get(type(default), str)
             if f.name in ("port", "max_model_len", "threads"):
                 cast = int
             values[f.name] = _env(f.name, default, cast)

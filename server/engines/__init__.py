@@ -24,7 +24,8 @@ def create_engine(settings: ServerSettings) -> Engine:
         from server.engines.batched import BatchedEngine
 
         return BatchedEngine(settings.resolved_model(), settings.served_name(), settings.max_model_len,
-                             dtype=settings.dtype, threads=settings.threads, max_num_seqs=settings.max_num_seqs)
+                             dtype=settings.dtype, threads=settings.threads, max_num_seqs=settings.max_num_seqs,
+                             prepack_weights=settings.prepack_weights)
     if settings.engine == "mock":
         from server.engines.mock import MockEngine
 

@@ -100,3 +100,13 @@ def test_batched_server_end_to_end_with_its_memory(tmp_path, capsys, default_mod
         assert row["throughput_vs_vllm"] is None  # no vLLM in this run
     assert (out / "batched-c3.jsonl").is_file() and (out / "batched-c3_monitor.csv").is_file()
     assert "batched" in printed.out and "RSS MiB" in printed.out
+
+
+def test_every_request_is_unique_and_asks_for_a_fixed_length():
+    workload = Workload(PROMPTS, output_tokens=5, model="m")
+    bodies = [workload.body(i) for i in range(4)]
+    assert [b["messages"][-1]["content"] for b in bodies] == [
+        "[0] Hello there", "[1] Tell me a story", "[2] Hello there", "[3] Tell me a story"]
+    assert all((b["max_tokens"], b["ignore_eos"], b["stream"], b["temperature"]) == (5, True, True, 0.0)
+               for b in bodies)
+    assert PROMPTS[0].messages[-1]["content"] == "Hello there"  # the records themselves are untouched

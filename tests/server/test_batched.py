@@ -321,6 +321,7 @@ def test_http_no_request_lost_or_duplicated_beyond_the_batch_cap(batched_url):
     info = health(batched_url)
     assert info["max_num_seqs"] == 4
     assert info["threads"] == 1, "--threads did not reach the worker thread that runs the model"
+    assert info["prepacked_weights"] == 30 * 7 + 1  # SmolLM2-135M: 7 linear layers in each of 30 blocks, lm_head
 
 
 def test_http_client_disconnect_removes_the_sequence(batched_url):
