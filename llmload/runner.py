@@ -116,7 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m llmload.runner",
         description="Run the comparison matrix (servers x tasks x modes x concurrency) with Locust and the "
                     "resource monitor, then merge the results into a report. Defaults: the embedded model, "
-                    "basic server vs vLLM, all four tasks, sync and stream, concurrency 1,2,4,8.")
+                    "basic-naive, basic-batched and vLLM, all four tasks, sync and stream, concurrency 1,2,4,8, "
+                    "8 requests of 32 tokens per cell.")
     p.add_argument("--quick", action="store_true",
                    help=f"small matrix: tasks {QUICK['tasks']}, concurrency {QUICK['parallel']}, "
                         f"{QUICK['requests']} requests, {QUICK['max_tokens']} tokens (a few minutes)")

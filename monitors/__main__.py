@@ -33,12 +33,12 @@ def _positive(kind):
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m monitors", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m monitors", description=__doc__.split("\n\n")[0].replace("``", ""))
     parser.add_argument("--out", required=True, help="CSV file to write (overwritten)")
     parser.add_argument("--server-pid", type=_positive(int), help="server whose process tree is measured")
     parser.add_argument("--client-pid", type=_positive(int),
                         help="load generator whose process tree's CPU is measured (default: the parent process)")
-    parser.add_argument("--interval", type=_positive(float), default=0.5, help="seconds between samples (0.5)")
+    parser.add_argument("--interval", type=_positive(float), default=0.5, help="seconds between samples (default: %(default)s)")
     parser.add_argument("--duration", type=_positive(float), help="stop after this many seconds (default: on signal)")
     # Set by monitors.sampler.start_monitor: print a ready line, stop when that PID ends,
     # and treat PIDs that are already gone as a notice, not an error.

@@ -180,6 +180,10 @@ def prepack_linear_weights(model: torch.nn.Module) -> int:
                for name, child in parent.named_children() if type(child) is torch.nn.Linear]
     for parent, name, linear in targets:
         setattr(parent, name, PrepackedLinear(linear))
+    # The other parameters (embeddings, norms) may be views of the checkpoint's memory map, which would then keep
+    # every replaced weight's pages resident: give them their own memory so that the plain weights are released.
+    for param in model.parameters():
+        param.data = param.data.clone()
     return len(targets)
 
 
