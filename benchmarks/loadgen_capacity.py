@@ -53,6 +53,7 @@ from llmload.paths import REPO_ROOT
 from llmload.records import PromptRecord, write_records
 from llmload.services import ServiceError, ServiceProcess, free_port
 
+from benchmarks.cli import choice_list, int_list, non_negative_float, positive_int
 from benchmarks.recording_mock import measurement_errors_ms, server_truth
 
 TOOLS = ("locust", "vllm-bench")
@@ -314,8 +315,8 @@ def accuracy_table(rows: list[Measurement]) -> str:
         e = m.p2ft_error_ms
         lines.append(f"{m.tool:<10} {m.workload.users:>5} {m.requests:>5} {m.paired:>6} {_fmt(m.chunks_per_s, 0):>9} "
                      f"{_fmt(m.client_cpu_pct, 0):>11} {_fmt(m.server_cpu_pct, 0):>11} "
-                     f"{_fmt(m.chunks_per_client_core_s, 0):>20} {_fmt(m.p2ft_true_p50_ms):>13} {_fmt(e.get('p50'), 2):>9} {_fmt(e.get('p90'), 2):>7} "
-                     f"{_fmt(e.get('max'), 1):>7}" + (f"  ({m.error})" if m.error else ""))
+                     f"{_fmt(m.chunks_per_client_core_s, 0):>20} {_fmt(m.p2ft_true_p50_ms):>13} "
+                     f"{_fmt(e.get('p50'), 2):>9} {_fmt(e.get('p90'), 2):>7} {_fmt(e.get('max'), 1):>7}" + (f"  ({m.error})" if m.error else ""))
     return "\n".join(lines)
 
 
@@ -360,71 +361,32 @@ def accuracy_verdicts(rows: list[Measurement], limit_ms: float) -> list[str]:
 # --------------------------------------------------------------------------- command line
 
 
-def _int_list(value: str) -> list[int]:
-    try:
-        items = [int(v) for v in value.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {value!r}") from None
-    if not items or min(items) < 1:
-        raise argparse.ArgumentTypeError(f"expected positive integers, got {value!r}")
-    return items
-
-
-def _choices(allowed: tuple[str, ...]):
-    def parse(value: str) -> list[str]:
-        items = [v.strip() for v in value.split(",") if v.strip()]
-        if not items or any(v not in allowed for v in items):
-            raise argparse.ArgumentTypeError(f"expected a comma list of {', '.join(allowed)}, got {value!r}")
-        return items
-    return parse
-
-
-def _positive(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}")
-    return number
-
-
-def _non_negative(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        number = -1.0
-    if number < 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value!r}")
-    return number
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.loadgen_capacity",
         description="What one Locust process sustains (SSE chunks/s, requests/s) and the user count at which its "
                     "P2FT error passes 5 ms, against the mock engine; vllm bench serve side by side where installed.")
-    p.add_argument("--tools", type=_choices(TOOLS), default=list(TOOLS),
+    p.add_argument("--tools", type=choice_list(TOOLS, "--tools"), default=list(TOOLS),
                    help="comma list of locust, vllm-bench (default: both; vllm-bench is skipped where vLLM is "
                         "not installed)")
-    p.add_argument("--parts", type=_choices(PARTS), default=list(PARTS),
+    p.add_argument("--parts", type=choice_list(PARTS, "--parts"), default=list(PARTS),
                    help="comma list of capacity, accuracy (default: both)")
-    p.add_argument("--capacity-users", type=_int_list, default=[1, 8, 32, 128],
+    p.add_argument("--capacity-users", type=int_list, default=[1, 8, 32, 128],
                    help="user counts of the capacity part (default: 1,8,32,128)")
-    p.add_argument("--capacity-requests", type=_positive, default=1500,
+    p.add_argument("--capacity-requests", type=positive_int, default=1500,
                    help="requests per capacity run (default: %(default)s)")
-    p.add_argument("--long-tokens", type=_positive, default=256,
+    p.add_argument("--long-tokens", type=positive_int, default=256,
                    help="answer length of the chunk-rate runs (default: %(default)s)")
-    p.add_argument("--users", type=_int_list, default=[1, 16, 64, 128, 256, 512],
+    p.add_argument("--users", type=int_list, default=[1, 16, 64, 128, 256, 512],
                    help="user counts of the accuracy part (default: 1,16,64,128,256,512)")
-    p.add_argument("--requests-per-user", type=_positive, default=4,
+    p.add_argument("--requests-per-user", type=positive_int, default=4,
                    help="accuracy runs send users x this many requests, at least 50 (default: %(default)s)")
-    p.add_argument("--tokens", type=_positive, default=32, help="answer length in the accuracy part (default: 32)")
-    p.add_argument("--ttft-ms", type=_non_negative, default=100.0,
+    p.add_argument("--tokens", type=positive_int, default=32, help="answer length in the accuracy part (default: 32)")
+    p.add_argument("--ttft-ms", type=non_negative_float, default=100.0,
                    help="accuracy part: the mock's time to first token (default: %(default)s)")
-    p.add_argument("--itl-ms", type=_non_negative, default=20.0,
+    p.add_argument("--itl-ms", type=non_negative_float, default=20.0,
                    help="accuracy part: the mock's time between tokens (default: %(default)s)")
-    p.add_argument("--error-limit-ms", type=_non_negative, default=5.0,
+    p.add_argument("--error-limit-ms", type=non_negative_float, default=5.0,
                    help="P2FT error (p50) beyond which a worker is overloaded (default: %(default)s)")
     p.add_argument("--tokenizer", default=None,
                    help="vllm-bench only: tokenizer folder for its random prompts (default: the embedded model, "

@@ -17,6 +17,7 @@ server that leaks grows from level to level.
     python -m benchmarks.server_throughput                      # 1, 8, 32 users (tens of minutes on 2 cores)
     python -m benchmarks.server_throughput --concurrency 1,8 --requests-per-user 2 --output-tokens 32
     python -m benchmarks.server_throughput --servers naive,batched --out results/bench
+    python -m benchmarks.server_throughput --servers batched-plain,batched,vllm --concurrency 8   # what packing brings
 
 The goal the table checks: at 8 and 32 users, batched reaches at least half of
 vLLM's token throughput with a P2FT p50 at most twice vLLM's. On a shared
@@ -42,6 +43,7 @@ import uuid
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from benchmarks.cli import choice_list, int_list, positive_int
 from llmload.loadgen.wire import (
     ENDPOINTS,
     GenerationParams,
@@ -57,7 +59,12 @@ from llmload.records import PromptRecord, RecordFormatError, read_records
 from llmload.services import ServiceError, ServiceProcess, basic_server_command, free_port
 from monitors.sampler import peak_usage, read_monitor, start_monitor
 
-SERVERS = ("naive", "batched", "vllm")
+SERVERS = ("naive", "batched-plain", "batched", "vllm")
+#: What runs by default; ``batched-plain`` (batched with its weights left unpacked) is there to measure the packing.
+DEFAULT_SERVERS = ("naive", "batched", "vllm")
+#: Flags of the basic server per benchmark server kind (besides the shared ones).
+BASIC_SERVERS = {"naive": ("naive", []), "batched": ("batched", []),
+                 "batched-plain": ("batched", ["--no-prepack-weights"])}
 BASELINE = "vllm"
 GOAL_LEVELS = (8, 32)
 GOAL_THROUGHPUT_RATIO = 0.5  # batched / vLLM output tokens/s, at least
@@ -192,11 +199,13 @@ def start_server(kind: str, args: argparse.Namespace, model_path: str, served_na
         return start_vllm(settings, log_path, timeout=args.vllm_timeout), f"http://127.0.0.1:{port}"
     extra = ["--served-model-name", served_name, "--max-model-len", str(args.max_model_len), "--log-level", "warning",
              "--dtype", args.dtype]
-    if kind == "batched":
+    engine, flags = BASIC_SERVERS[kind]
+    extra += flags
+    if engine == "batched":
         extra += ["--max-num-seqs", str(args.max_num_seqs)]
     if args.threads:
         extra += ["--threads", str(args.threads)]
-    proc = ServiceProcess(f"basic server ({kind})", basic_server_command(kind, port, model=model_path, extra=extra),
+    proc = ServiceProcess(f"basic server ({kind})", basic_server_command(engine, port, model=model_path, extra=extra),
                           f"http://127.0.0.1:{port}/health", log_path)
     proc.start()
     proc.wait_ready(300, progress=True)
@@ -282,11 +291,11 @@ def comparison_rows(cells: list[Cell]) -> list[dict]:
 
 def render_table(rows: list[dict]) -> str:
     """The side-by-side table: one line per level and server."""
-    header = (f"{'users':>5}  {'server':<8} {'reqs':>4} {'fail':>4} {'tok/s':>8} {'x vLLM':>7} "
+    header = (f"{'users':>5}  {'server':<13} {'reqs':>4} {'fail':>4} {'tok/s':>8} {'x vLLM':>7} "
               f"{'P2FT p50':>9} {'x vLLM':>7} {'RSS MiB':>8}")
     lines = [header, "-" * len(header)]
     for r in rows:
-        lines.append(f"{r['concurrency']:>5}  {r['server']:<8} {r['requests']:>4} {r['failures']:>4} "
+        lines.append(f"{r['concurrency']:>5}  {r['server']:<13} {r['requests']:>4} {r['failures']:>4} "
                      f"{_fmt(r['output_tokens_per_s'], '', 1):>8} {_fmt(r['throughput_vs_vllm']):>7} "
                      f"{_fmt(r['p2ft_p50_s'], 's'):>9} {_fmt(r['p2ft_vs_vllm']):>7} "
                      f"{_fmt(r['peak_rss_mib'], '', 0):>8}"
@@ -314,54 +323,27 @@ def goal_verdicts(rows: list[dict]) -> list[str]:
 # --------------------------------------------------------------------------- command line
 
 
-def _int_list(value: str) -> list[int]:
-    try:
-        items = [int(v) for v in value.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {value!r}") from None
-    if not items or min(items) < 1:
-        raise argparse.ArgumentTypeError(f"expected positive integers, got {value!r}")
-    return items
-
-
-def _server_list(value: str) -> list[str]:
-    items = [v.strip() for v in value.split(",") if v.strip()]
-    unknown = [v for v in items if v not in SERVERS]
-    if not items or unknown:
-        raise argparse.ArgumentTypeError(f"servers must be among {', '.join(SERVERS)}, got {value!r}")
-    return items
-
-
-def _positive(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}")
-    return number
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks.server_throughput",
                                 description="Output tokens/s and P2FT p50 of naive, batched and vLLM side by side.")
-    p.add_argument("--servers", type=_server_list, default=list(SERVERS),
-                   help="comma-separated servers to run, in this order (default: naive,batched,vllm)")
-    p.add_argument("--concurrency", type=_int_list, default=[1, 8, 32],
+    p.add_argument("--servers", type=choice_list(SERVERS, "--servers"), default=list(DEFAULT_SERVERS),
+                   help=f"comma-separated servers to run, in this order, among {', '.join(SERVERS)} (default: "
+                        f"{','.join(DEFAULT_SERVERS)}; batched-plain = batched with --no-prepack-weights)")
+    p.add_argument("--concurrency", type=int_list, default=[1, 8, 32],
                    help="comma-separated concurrency levels (default: 1,8,32)")
-    p.add_argument("--requests-per-user", type=_positive, default=2,
+    p.add_argument("--requests-per-user", type=positive_int, default=2,
                    help="requests per level = concurrency x this (default: %(default)s)")
-    p.add_argument("--output-tokens", type=_positive, default=64,
+    p.add_argument("--output-tokens", type=positive_int, default=64,
                    help="tokens every request generates (ignore_eos; default: %(default)s)")
     p.add_argument("--prompts", type=Path, default=None,
                    help="JSONL prompt records (llmload.records) to use instead of the built-in prompts")
     p.add_argument("--model", default=None, help="model folder or id (default: the embedded SmolLM2-135M-Instruct)")
-    p.add_argument("--max-model-len", type=_positive, default=2048,
+    p.add_argument("--max-model-len", type=positive_int, default=2048,
                    help="context limit of every server (default: %(default)s)")
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
                    help="weights dtype of every server, so that all do the same arithmetic (default: %(default)s, "
                         "as the runner; vLLM alone would pick bfloat16 on CPU)")
-    p.add_argument("--max-num-seqs", type=_positive, default=32,
+    p.add_argument("--max-num-seqs", type=positive_int, default=32,
                    help="batch cap of batched and vLLM alike (default: %(default)s)")
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads of naive and batched; 0: torch's default, one per core (default: 1, as vLLM "

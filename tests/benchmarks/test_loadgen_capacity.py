@@ -94,8 +94,8 @@ def test_accuracy_verdict_names_the_first_user_count_past_the_limit():
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--tools", "locust,wrk"], "comma list of locust, vllm-bench"),
-    (["--parts", "speed"], "comma list of capacity, accuracy"),
+    (["--tools", "locust,wrk"], "--tools must be a comma list of locust, vllm-bench"),
+    (["--parts", "speed"], "--parts must be a comma list of capacity, accuracy"),
     (["--users", "0"], "positive integers"),
     (["--ttft-ms", "-1"], "a number >= 0"),
 ])

@@ -67,7 +67,7 @@ def test_table_ratios_and_goal_verdicts_come_from_the_summaries(mock_url):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--servers", "naive,tgi"], "servers must be among"),
+    (["--servers", "naive,tgi"], "--servers must be a comma list of naive"),
     (["--concurrency", "1,x"], "comma-separated integers"),
     (["--output-tokens", "0"], "positive integer"),
     (["--threads", "-1"], "--threads must be 0 or more"),
