@@ -11,7 +11,7 @@ versions (``run.json``), one line per matrix cell (``cells.jsonl``), the Locust
 CSVs, raw per-request logs and monitor CSVs of each cell, server logs, and the
 merged report (``report/``).
 
-    python -m llmload.runner                    # the default matrix (about 15 min on 2 cores)
+    python -m llmload.runner                    # the default matrix (about 28 min on 2 cores, 96 cells)
     python -m llmload.runner --quick            # a small matrix (a few minutes)
     python -m llmload.runner --servers basic=http://localhost:8000 --tasks qa --parallel 1,4
 """
@@ -143,6 +143,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="torch threads of the basic server (default: %(default)s = cores - 1, as vLLM on CPU "
                         "keeps one core for its API server; 0 = torch's default)")
     p.add_argument("--kv-cache-gib", type=float, default=2.0, help="vLLM on CPU: KV cache GiB (default: 2)")
+    p.add_argument("--vllm-prefix-caching", action="store_true",
+                   help="let vLLM reuse cached prompt prefixes (off by default: every cell sends its task's prompts "
+                        "from the first one, and the basic server has no prefix cache, so vLLM would skip prefills "
+                        "the others do)")
     p.add_argument("--vllm-timeout", type=float, default=900.0,
                    help="seconds to wait for vLLM to start (default: %(default)s)")
     p.add_argument("--cell-timeout", type=float, default=600.0,
@@ -293,7 +297,8 @@ class Runner:
 
             settings = VLLMSettings(model=self.model_path, served_model_name=self.served_name, port=port,
                                     max_model_len=self.args.max_model_len, dtype=self.args.dtype,
-                                    kv_cache_gib=self.args.kv_cache_gib)
+                                    kv_cache_gib=self.args.kv_cache_gib,
+                                    prefix_caching=self.args.vllm_prefix_caching)
             self.current = start_vllm(settings, log, timeout=self.args.vllm_timeout)
         else:
             engine = BASIC_ENGINES[spec.kind]
@@ -330,13 +335,17 @@ class Runner:
             cmd += ["--max-tokens", str(self.args.max_tokens), "--ignore-eos"]
         return cmd
 
-    def run_cell(self, cell: Cell, url: str, server_pid: int | None) -> None:
+    def run_cell(self, cell: Cell, url: str, server_pid: int | None, progress: str = "") -> None:
+        """Run one cell (Locust headless with the monitor beside it); ``progress`` is printed once the monitor is up,
+        after any notice of its own, so that the cell's line stays whole."""
         from monitors.sampler import start_monitor
 
         prefix = self.run_dir / cell.prefix
         prefix.parent.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
         monitor = start_monitor(f"{prefix}_monitor.csv", server_pid=server_pid, interval=0.5)
+        if progress:
+            print(progress, end=" ", flush=True)
         log = Path(f"{prefix}_locust.log")
         try:
             with log.open("w") as out:
@@ -412,9 +421,8 @@ class Runner:
                         print(f"[{done}/{total}] {cell.server} {cell.task} {cell.mode} c={cell.concurrency}: "
                               "skipped (server died)", flush=True)
                         continue
-                    print(f"[{done}/{total}] {cell.server} {cell.task} {cell.mode} c={cell.concurrency} ...",
-                          end=" ", flush=True)
-                    self.run_cell(cell, url, pid)
+                    self.run_cell(cell, url, pid,
+                                  f"[{done}/{total}] {cell.server} {cell.task} {cell.mode} c={cell.concurrency} ...")
                     if self.current is not None and not self.current.alive():
                         cell.status = "failed"
                         cell.error = cell.error or "server died during the cell"

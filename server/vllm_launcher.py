@@ -67,6 +67,7 @@ class VLLMSettings:
     gpu_memory_utilization: float = 0.9  # GPU only
     tensor_parallel_size: int = 1
     max_num_seqs: int | None = None
+    prefix_caching: bool | None = None  # None: vLLM's default (on)
     api_key: str | None = None
     extra_args: list[str] = field(default_factory=list)
     gpu: bool | None = None  # None: detect
@@ -82,6 +83,8 @@ class VLLMSettings:
             cmd += ["--max-model-len", str(self.max_model_len)]
         if self.max_num_seqs:
             cmd += ["--max-num-seqs", str(self.max_num_seqs)]
+        if self.prefix_caching is not None:
+            cmd.append("--enable-prefix-caching" if self.prefix_caching else "--no-enable-prefix-caching")
         if self.api_key:
             cmd += ["--api-key", self.api_key]
         if self._gpu():

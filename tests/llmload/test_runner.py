@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -28,9 +29,12 @@ def make_data(folder: Path, tasks=("qa",), n=8) -> Path:
     return folder
 
 
-def run_runner(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "llmload.runner", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=timeout)
+def run_runner(*args: str, timeout: float = 600, merged: bool = False) -> subprocess.CompletedProcess:
+    """Run the runner; ``merged``: stderr into stdout, as a terminal shows them (``proc.stderr`` is then "")."""
+    proc = subprocess.run([sys.executable, "-m", "llmload.runner", *args], cwd=REPO, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT if merged else subprocess.PIPE, text=True, timeout=timeout)
+    proc.stderr = proc.stderr or ""
+    return proc
 
 
 def read_summary(run_dir: Path) -> list[dict]:
@@ -43,9 +47,12 @@ def test_mock_matrix_end_to_end(tmp_path):
     run_dir = tmp_path / "run"
     proc = run_runner("--servers", "mock", "--tasks", "qa,chat", "--modes", "sync,stream", "--parallel", "1,3",
                       "--requests", "5", "--max-tokens", "6", "--data-dir", str(data), "--out", str(run_dir),
-                      "--mock-ttft-ms", "40", "--mock-itl-ms", "10")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "[8/8] mock chat stream c=3" in proc.stdout
+                      "--mock-ttft-ms", "40", "--mock-itl-ms", "10", merged=True)
+    assert proc.returncode == 0, proc.stdout
+    # one whole line per cell, even where the monitor prints its no-GPU notice
+    progress = [line for line in proc.stdout.splitlines() if line.startswith("[")]
+    assert len(progress) == 8 and progress[-1].startswith("[8/8] mock chat stream c=3 ... 5 req, 0 failed"), progress
+    assert all(re.match(r"\[\d/8\] mock \w+ \w+ c=\d \.\.\. 5 req, 0 failed", line) for line in progress), progress
     info = json.loads((run_dir / "run.json").read_text())
     assert info["settings"]["requests"] == 5 and info["versions"]["locust"]
     cells = [json.loads(line) for line in (run_dir / "cells.jsonl").read_text().splitlines()]
@@ -164,3 +171,5 @@ def test_one_real_vllm_cell(tmp_path, default_model):
     assert float(row["peak_server_rss_mib"]) > 200  # engine subprocess included
     raw = read_results(run_dir / "vllm" / "qa_stream_c2_requests.jsonl")
     assert all(r.output_tokens == 16 and r.output_tokens_source == "usage" for r in raw)
+    # the cells repeat their prompts and the basic server has no prefix cache: vLLM runs without one too
+    assert "enable_prefix_caching=False" in (run_dir / "vllm" / "server.log").read_text()

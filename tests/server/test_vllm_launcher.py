@@ -37,6 +37,9 @@ def test_cpu_command_and_environment():
                  "--max-model-len 1024", "--max-num-seqs 16", "--api-key k"):
         assert part in flags
     assert cmd[-1] == "--enforce-eager" and "--gpu-memory-utilization" not in flags
+    assert "prefix-caching" not in flags  # vLLM's own default unless asked
+    assert "--no-enable-prefix-caching" in VLLMSettings(model="m", prefix_caching=False, gpu=False).command()
+    assert "--enable-prefix-caching" in VLLMSettings(model="m", prefix_caching=True, gpu=False).command()
     assert settings.env()["VLLM_CPU_KVCACHE_SPACE"] == "2.5"
 
 
