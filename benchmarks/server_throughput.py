@@ -305,13 +305,17 @@ def render_table(rows: list[dict]) -> str:
 
 def goal_verdicts(rows: list[dict]) -> list[str]:
     """The issue's goal, checked at each goal level that was measured for batched and vLLM."""
+    servers = {r["server"] for r in rows}
+    if not {"batched", BASELINE} <= servers:
+        ran = ", ".join(sorted(servers))
+        return [f"goal not checked: it compares batched with {BASELINE}, and --servers ran {ran}"]
     verdicts = []
     for r in rows:
         if r["server"] != "batched" or r["concurrency"] not in GOAL_LEVELS:
             continue
         t, p = r["throughput_vs_vllm"], r["p2ft_vs_vllm"]
         if t is None or p is None:
-            verdicts.append(f"{r['concurrency']} users: not comparable (a server is missing or failed)")
+            verdicts.append(f"{r['concurrency']} users: not comparable (batched or {BASELINE} failed at this level)")
             continue
         ok = t >= GOAL_THROUGHPUT_RATIO and p <= GOAL_P2FT_RATIO
         verdicts.append(f"{r['concurrency']} users: batched at {t:.2f}x vLLM's tokens/s (goal >= "

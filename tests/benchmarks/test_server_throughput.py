@@ -64,6 +64,10 @@ def test_table_ratios_and_goal_verdicts_come_from_the_summaries(mock_url):
     assert batched["peak_rss_mib"] == 321.0 and " 321" in render_table(rows).splitlines()[3]
     assert goal_verdicts(rows) == ["8 users: batched at 1.00x vLLM's tokens/s (goal >= 0.5), "
                                    "P2FT 1.00x (goal <= 2.0): met"]
+    # a run without vLLM (the long-run memory check) says once that the goal was not checked
+    alone = comparison_rows([Cell("batched", 32, summary), Cell("batched", 32, summary)])
+    assert [r["throughput_vs_vllm"] for r in alone] == [None, None]
+    assert goal_verdicts(alone) == ["goal not checked: it compares batched with vllm, and --servers ran batched"]
 
 
 @pytest.mark.parametrize("argv, message", [
