@@ -57,21 +57,29 @@ def test_datasets_is_not_a_package():
 
 
 def readme_command_lines() -> list[str]:
-    """The commands of the README's bash blocks: continuation lines joined, comments dropped."""
+    """The commands of the README's bash blocks (continuation lines joined, comments dropped) and its inline
+    commands (`python -m ...`, `make compare ARGS="..."`)."""
     lines = []
     for block in re.findall(r"```bash\n(.*?)```", README, flags=re.S):
         for line in block.replace("\\\n", " ").splitlines():
             line = line.split(" #", 1)[0].strip()
             if line and not line.startswith("#"):
                 lines.append(line)
+    prose = re.sub(r"```.*?```", "", README, flags=re.S)
+    lines += [span for span in re.findall(r"`([^`\n]+)`", prose) if help_command(span)]
     return lines
 
 
 def help_command(line: str) -> tuple[str, ...] | None:
     """The command whose --help lists the flags ``line`` uses (None for commands not checked here)."""
     words = line.split()
-    if words[:2] == ["python", "-m"] and words[2] not in ("venv", "pip") and not words[2].startswith("vllm."):
-        return ("python", "-m", words[2])
+    if len(words) < 2:
+        return None
+    if words[0] == "make" and words[1] in ("compare", "quick"):
+        return ("python", "-m", "llmload.runner")
+    if words[:2] == ["python", "-m"] and len(words) > 2:
+        module = words[2]
+        return None if module in ("venv", "pip") or module.startswith("vllm.") else ("python", "-m", module)
     if words[0] in ("locust", "uvicorn"):
         return (words[0],)
     return None
@@ -93,7 +101,7 @@ def help_text(command: tuple[str, ...]) -> str:
 
 
 FLAG_CHECKS = sorted({(cmd, flag) for line in readme_command_lines() if (cmd := help_command(line))
-                      for flag in re.findall(r"(?<!\S)(--[a-z][\w-]*)", line)})
+                      for flag in re.findall(r"(?<![^\s\"'])(--[a-z][\w-]*)", line)})
 
 
 @pytest.fixture(scope="module")
