@@ -11,8 +11,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
-CODE = "\n".join(re.findall(r"```(?:bash)?\n(.*?)```", README, flags=re.S)) + "\n" + \
-    "\n".join(re.findall(r"`([^`\n]+)`", README))
+#: The README's inline code spans (`...`), outside its fenced blocks.
+INLINE_CODE = re.findall(r"`([^`\n]+)`", re.sub(r"```.*?```", "", README, flags=re.S))
+CODE = "\n".join(re.findall(r"```(?:bash)?\n(.*?)```", README, flags=re.S)) + "\n" + "\n".join(INLINE_CODE)
 
 # vLLM's own entry point takes a minute to print its help; the vLLM cell test starts it for real.
 MODULES = sorted(m for m in set(re.findall(r"python -m ([a-z_][\w.]*)", CODE)) - {"venv", "pip"}
@@ -65,8 +66,7 @@ def readme_command_lines() -> list[str]:
             line = line.split(" #", 1)[0].strip()
             if line and not line.startswith("#"):
                 lines.append(line)
-    prose = re.sub(r"```.*?```", "", README, flags=re.S)
-    lines += [span for span in re.findall(r"`([^`\n]+)`", prose) if help_command(span)]
+    lines += [span for span in INLINE_CODE if help_command(span)]
     return lines
 
 
