@@ -18,7 +18,7 @@ venv:
 	@scripts/setup_env.sh
 
 model: venv
-	@$(PY) -m llmload.model_store
+	@$(PY) -m llmload.core.model_store
 
 data: model
 	@$(PY) datasets/prepare.py

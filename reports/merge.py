@@ -4,7 +4,7 @@ Reads only files: the run's ``cells.jsonl`` (the matrix and each cell's status),
 each cell's raw per-request log (``*_requests.jsonl``, the exact timings), its
 monitor CSV (``*_monitor.csv``) and Locust's own stats CSV (``*_stats.csv``,
 used as a cross-check of the request count). Every figure comes from
-:mod:`llmload.metrics` (latency, throughput) and :mod:`monitors.sampler`
+:mod:`llmload.core.metrics` (latency, throughput) and :mod:`monitors.sampler`
 (memory peaks); nothing is computed here twice.
 
     python -m reports.merge results/20261202-130000
@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from llmload.metrics import read_results, summarize
+from llmload.core.metrics import read_results, summarize
 
 SUMMARY_COLUMNS = [
     "server", "task", "mode", "concurrency", "status", "requests", "failures",

@@ -22,7 +22,7 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from llmload.sse import DONE_SENTINEL, format_event
+from llmload.core.sse import DONE_SENTINEL, format_event
 from server.engines import create_engine
 from server.engines.base import Engine, GenerationDelta, PreparedPrompt, PromptTooLong, SamplingParams
 from server.protocol import (

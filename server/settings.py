@@ -68,7 +68,7 @@ class ServerSettings:
 
     def resolved_model(self) -> str:
         """The model to load: the materialised default when none is set."""
-        from llmload.model_store import resolve_model
+        from llmload.core.model_store import resolve_model
 
         return resolve_model(self.model)
 
@@ -78,7 +78,7 @@ class ServerSettings:
             return self.served_model_name
         if self.engine == "mock" and not self.model:
             return "mock"
-        from llmload.model_store import DEFAULT_ALIASES, DEFAULT_MODEL_NAME
+        from llmload.core.model_store import DEFAULT_ALIASES, DEFAULT_MODEL_NAME
 
         if self.model is None or self.model.lower() in DEFAULT_ALIASES:
             return DEFAULT_MODEL_NAME

@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from llmload.services import ServiceError, ServiceProcess, port_in_use
+from llmload.core.services import ServiceError, ServiceProcess, port_in_use
 
 DEFAULT_START_TIMEOUT_S = 600.0
 
@@ -154,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args, extra = build_parser().parse_known_args(argv)
-    from llmload.model_store import DEFAULT_ALIASES, DEFAULT_MODEL_NAME, ModelNotAvailable, resolve_model
+    from llmload.core.model_store import DEFAULT_ALIASES, DEFAULT_MODEL_NAME, ModelNotAvailable, resolve_model
 
     from server.engines.hf_model import check_local_model
 

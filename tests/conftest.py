@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import pytest
 
-from llmload.services import ServiceProcess, basic_server_command, free_port
+from llmload.core.services import ServiceProcess, basic_server_command, free_port
 
 
 @pytest.fixture(scope="session")
 def default_model() -> str:
-    from llmload.model_store import materialise_default_model
+    from llmload.core.model_store import materialise_default_model
 
     return str(materialise_default_model())
 

@@ -2,12 +2,12 @@
 
 Layers, each usable and testable on its own:
 
-* :mod:`~llmload.loadgen.wire`: the OpenAI wire format (request bodies for the
+* :mod:`~llmload.core.wire`: the OpenAI wire format (request bodies for the
   completion and chat APIs; SSE and JSON responses interpreted into the raw
-  fields of a :class:`llmload.metrics.RequestResult`). Pure Python.
-* :mod:`~llmload.loadgen.transport`: HTTP over geventhttpclient, reading a
+  fields of a :class:`llmload.core.metrics.RequestResult`). Pure Python.
+* :mod:`~llmload.core.transport`: HTTP over geventhttpclient, reading a
   streamed body line by line the moment each line arrives.
-* :mod:`~llmload.loadgen.client`: one request end to end (the two above plus
+* :mod:`~llmload.core.client`: one request end to end (the two above plus
   time-outs), returning a ``RequestResult`` whatever happens.
 * :mod:`~llmload.loadgen.options`: the command-line options.
 * :mod:`~llmload.loadgen.plugin`, :mod:`~llmload.loadgen.webui` and

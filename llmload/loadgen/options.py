@@ -13,9 +13,9 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
-from llmload.metrics import APIS, MODES
-from llmload.paths import dataset_path
-from llmload.loadgen.wire import GenerationParams
+from llmload.core.metrics import APIS, MODES
+from llmload.core.paths import dataset_path
+from llmload.core.wire import GenerationParams
 
 ENV_PREFIX = "LOCUST_LLM_"
 
@@ -58,7 +58,7 @@ def add_arguments(parser) -> None:
     add("--temperature", metavar="T", type=non_negative_float, default=0.0,
         help="sampling temperature (default: %(default)s)")
     add("--dataset", metavar="PATH", default="",
-        help="prompt records (JSONL, llmload.records) to send (default: datasets/data/<task>.jsonl of the user "
+        help="prompt records (JSONL, llmload.core.records) to send (default: datasets/data/<task>.jsonl of the user "
              "class's task)")
     add("--requests", metavar="N", type=non_negative_int, default=0,
         help="stop the run after this many requests in total, over all users and workers (default 0: no limit; "

@@ -8,7 +8,7 @@ How results reach Locust's statistics
 -------------------------------------
 * The request row (``POST  chat /v1/chat/completions``): one ``request`` event
   per request, fired here with ``response_time`` = the true E2E from
-  :func:`llmload.metrics.request_metrics` (Locust itself would stop the clock at
+  :func:`llmload.core.metrics.request_metrics` (Locust itself would stop the clock at
   the response headers when streaming) and ``response_length`` = output tokens.
   Failures carry a :class:`RequestFailure` whose text is the one-line error.
 * The ``METRIC`` rows (``chat P2FT``, ``chat TPOT``, in ms): logged straight into
@@ -23,7 +23,7 @@ How results reach Locust's statistics
 
 The raw log and ``--requests``
 ------------------------------
-Every :class:`~llmload.metrics.RequestResult` goes to the process that writes
+Every :class:`~llmload.core.metrics.RequestResult` goes to the process that writes
 the raw log: kept in memory when standalone, sent to the master as a custom
 message (``llmload_result``) by a worker. ``--requests N`` is a budget of N
 tickets held by that same process; a worker asks the master for a ticket
@@ -57,11 +57,11 @@ import locust
 from locust.runners import MasterRunner, WorkerRunner
 from locust.stats import PERCENTILES_TO_REPORT, StatsCSV
 
-from llmload.metrics import RequestResult, request_metrics, summarize, write_results
-from llmload.records import PromptRecord, RecordFormatError, read_records
+from llmload.core.metrics import RequestResult, request_metrics, summarize, write_results
+from llmload.core.records import PromptRecord, RecordFormatError, read_records
 from llmload.loadgen.options import LoadSettings, SettingsError, add_arguments
-from llmload.loadgen.transport import TransportError
-from llmload.loadgen.wire import WireError
+from llmload.core.transport import TransportError
+from llmload.core.wire import WireError
 
 log = logging.getLogger("llmload")
 

@@ -3,7 +3,7 @@
 Locust's React UI shows extra tabs declared in ``template_args`` (``extended_tabs``,
 ``extended_tables``, ``extended_csv_files``) and fills them from an
 ``extended_stats`` list in its ``/stats/requests`` poll, which this module adds
-to the response. The figures come from :func:`llmload.metrics.summarize` over
+to the response. The figures come from :func:`llmload.core.metrics.summarize` over
 the raw results collected so far (exact, unlike Locust's rounded percentiles),
 one row per task and one for all tasks. Two more routes serve the raw log
 (``/llmload/requests.jsonl``) and the summary as CSV (``/llmload/summary.csv``).
@@ -17,7 +17,7 @@ import json
 
 from flask import Response, request
 
-from llmload.metrics import RunSummary, summarize
+from llmload.core.metrics import RunSummary, summarize
 
 TAB_KEY = "llm-metrics"
 #: Column key -> title. Keys are single lower-case words: the UI camel-cases keys of the polled JSON.

@@ -14,7 +14,7 @@ from benchmarks.loadgen_capacity import (
     vllm_bench_available,
     vllm_bench_results,
 )
-from llmload.metrics import request_metrics
+from llmload.core.metrics import request_metrics
 
 #: A fast schedule for the accuracy part: 20 ms to the first token, 2 ms between tokens, 8 tokens.
 FAST_ACCURACY = ["--users", "1,4", "--requests-per-user", "2", "--tokens", "8", "--ttft-ms", "20", "--itl-ms", "2"]

@@ -16,8 +16,8 @@ from benchmarks.server_throughput import (
     run_level,
     send_streamed,
 )
-from llmload.metrics import summarize
-from llmload.records import PromptRecord
+from llmload.core.metrics import summarize
+from llmload.core.records import PromptRecord
 
 PROMPTS = tuple(PromptRecord(id=f"p{i}", task="chat", source="test", prompt=text,
                              messages=({"role": "user", "content": text},), max_tokens=0, input_tokens=0)

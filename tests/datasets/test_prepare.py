@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from llmload.paths import REPO_ROOT
+from llmload.core.paths import REPO_ROOT
 
 
 def test_datasets_folder_is_not_a_package():

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from llmload.paths import REPO_ROOT
-from llmload.services import basic_server_command, free_port
+from llmload.core.paths import REPO_ROOT
+from llmload.core.services import basic_server_command, free_port
 from locust_helpers import ITL_MS, TTFT_MS, serving
 
 

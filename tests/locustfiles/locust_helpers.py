@@ -14,9 +14,9 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-from llmload.paths import REPO_ROOT
-from llmload.records import PromptRecord, write_records
-from llmload.services import ServiceProcess
+from llmload.core.paths import REPO_ROOT
+from llmload.core.records import PromptRecord, write_records
+from llmload.core.services import ServiceProcess
 
 TTFT_MS = 200.0
 ITL_MS = 20.0

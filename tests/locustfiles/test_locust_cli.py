@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 from locust_helpers import locust_command, output, run_locust
-from llmload.paths import REPO_ROOT, TASKS
+from llmload.core.paths import REPO_ROOT, TASKS
 
 NO_SERVER = "http://127.0.0.1:9"  # never contacted: these runs stop before any request
 

@@ -15,9 +15,9 @@ from collections import Counter
 import pytest
 
 from locust_helpers import locust_command, output, read_stats, run_locust, write_prompts
-from llmload.metrics import read_results, summarize
-from llmload.paths import REPO_ROOT
-from llmload.services import free_port
+from llmload.core.metrics import read_results, summarize
+from llmload.core.paths import REPO_ROOT
+from llmload.core.services import free_port
 
 REQUESTS = 37  # not a multiple of the users: the budget must stop at exactly this many
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from locust_helpers import output, read_failures, read_stats, run_locust, serving, write_prompts
-from llmload.metrics import read_results
-from llmload.services import free_port
+from llmload.core.metrics import read_results
+from llmload.core.services import free_port
 
-FAULT_SERVER = Path(__file__).resolve().parents[1] / "llmload" / "loadgen" / "fault_server.py"
+FAULT_SERVER = Path(__file__).resolve().parents[1] / "llmload" / "core" / "fault_server.py"
 _spec = importlib.util.spec_from_file_location("loadgen_fault_server", FAULT_SERVER)
 _fault_module = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_fault_module)

@@ -9,7 +9,7 @@ The truth is recorded by the server (``benchmarks/recording_mock.py``: the basic
 app and mock engine, writing when each token left the engine and when each
 answer's body was sent). Per request, truth P2FT = first token's emission - the
 client's start, sync E2E = body sent - the client's start, and so on, derived
-with :func:`llmload.metrics.request_metrics` like the measurement itself; the
+with :func:`llmload.core.metrics.request_metrics` like the measurement itself; the
 difference is the load generator's own error (loopback delivery plus its
 scheduling delay). Its median and its mean over the requests must stay within
 10 ms: this 2-core machine runs the mock server and Locust side by side (and, on
@@ -35,7 +35,7 @@ import pytest
 
 from benchmarks.recording_mock import measurement_errors_ms, server_truth
 from locust_helpers import ITL_MS, TTFT_MS, output, read_stats, run_locust, write_prompts
-from llmload.metrics import read_results, request_metrics, summarize
+from llmload.core.metrics import read_results, request_metrics, summarize
 
 TOKENS = 10
 MEDIAN_ERROR_MS = 10.0

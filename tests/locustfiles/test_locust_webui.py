@@ -8,8 +8,8 @@ import time
 import urllib.request
 
 from locust_helpers import locust_command, write_prompts
-from llmload.paths import REPO_ROOT
-from llmload.services import free_port
+from llmload.core.paths import REPO_ROOT
+from llmload.core.services import free_port
 
 REQUESTS = 8
 

@@ -26,7 +26,7 @@ import httpx
 import pytest
 from server_client import open_raw_request, post_ok, read_until_events, response_text, stream
 
-from llmload.services import ServiceProcess, basic_server_command, free_port
+from llmload.core.services import ServiceProcess, basic_server_command, free_port
 from server.engines.base import SamplingParams
 
 pytestmark = pytest.mark.model

@@ -15,7 +15,7 @@ import sys
 import httpx
 import pytest
 
-from llmload.services import ServiceProcess, free_port
+from llmload.core.services import ServiceProcess, free_port
 from server.engines.hf_model import check_local_model
 from server_client import post_ok, response_text
 

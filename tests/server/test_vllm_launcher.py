@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from llmload.paths import REPO_ROOT
+from llmload.core.paths import REPO_ROOT
 from server.vllm_launcher import VLLMSettings
 
 

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from llmload.loadgen.options import LoadSettings, SettingsError, non_negative_int, positive_float
-from llmload.paths import dataset_path
+from llmload.core.paths import dataset_path
 
 
 def test_number_types_reject_bad_values_with_one_line():

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from llmload.prompts.build import TokenCounter
+from llmload.tasks.build import TokenCounter
 from prompt_copies import write_hf_copies
 
 

@@ -7,7 +7,7 @@ Face model directory (safetensors, tokenizer, chat template) that both the basic
 server and vLLM load. Any other Hugging Face id or local path is passed through
 unchanged by :func:`resolve_model`.
 
-Command line: ``python -m llmload.model_store [--output DIR] [--force]``.
+Command line: ``python -m llmload.core.model_store [--output DIR] [--force]``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from llmload.paths import MODELS_DIR
+from llmload.core.paths import MODELS_DIR
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 #: Aliases that mean "the embedded default model".
@@ -100,7 +100,7 @@ def resolve_model(model: str | None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m llmload.model_store",
+        prog="python -m llmload.core.model_store",
         description=f"Materialise the embedded default model ({DEFAULT_MODEL_NAME}) as a Hugging Face directory.",
     )
     parser.add_argument("--output", type=Path, default=None, help=f"target folder (default: {default_model_dir()})")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 #: Materialised model directories (``LLMLOAD_MODELS_DIR`` overrides).
 MODELS_DIR = Path(os.environ.get("LLMLOAD_MODELS_DIR", REPO_ROOT / "models"))

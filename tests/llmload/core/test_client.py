@@ -7,12 +7,12 @@ import pytest
 from geventhttpclient.client import HTTPClientPool
 
 from fault_server import TOKENS, start_in_thread
-from llmload.loadgen.client import LLMClient
-from llmload.loadgen.transport import HTTPTransport
-from llmload.loadgen.wire import GenerationParams
-from llmload.metrics import request_metrics
-from llmload.records import PromptRecord
-from llmload.services import free_port
+from llmload.core.client import LLMClient
+from llmload.core.transport import HTTPTransport
+from llmload.core.wire import GenerationParams
+from llmload.core.metrics import request_metrics
+from llmload.core.records import PromptRecord
+from llmload.core.services import free_port
 
 RECORD = PromptRecord(id="p1", task="chat", source="test", prompt="Hi", messages=({"role": "user", "content": "Hi"},),
                       max_tokens=8, input_tokens=1)

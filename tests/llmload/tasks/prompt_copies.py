@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from llmload.prompts.sources import HUMANEVAL_FILE, HUMANEVAL_PACKAGE, HUMANEVAL_PIP, package_file
+from llmload.tasks.sources import HUMANEVAL_FILE, HUMANEVAL_PACKAGE, HUMANEVAL_PIP, package_file
 
 
 def _oasst_rows() -> list[dict]:

@@ -7,11 +7,11 @@ import statistics
 
 import pytest
 
-from llmload.paths import TASKS
-from llmload.prompts import build
-from llmload.prompts.build import DEFAULT_MAX_TOKENS, build_datasets, ensure_datasets, render
-from llmload.prompts.sources import DatasetError, load_bundled
-from llmload.records import read_records, write_records
+from llmload.core.paths import TASKS
+from llmload.tasks import build
+from llmload.tasks.build import DEFAULT_MAX_TOKENS, build_datasets, ensure_datasets, render
+from llmload.tasks.sources import DatasetError, load_bundled
+from llmload.core.records import read_records, write_records
 
 
 def chat_count(tokenizer, messages) -> int:

@@ -1,4 +1,4 @@
-"""Preprocessing: raw items -> sampled, length-checked :class:`~llmload.records.PromptRecord` sets.
+"""Preprocessing: raw items -> sampled, length-checked :class:`~llmload.core.records.PromptRecord` sets.
 
 For each task the raw text gets the task's instruction and is rendered in both
 API styles: a completion ``prompt`` and chat ``messages``. Both forms are
@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from llmload.metrics import percentile
-from llmload.model_store import resolve_model
-from llmload.paths import TASKS, dataset_path
-from llmload.prompts.sources import (DatasetError, RawItem, RawSource, hub_unreachable_reason, load_bundled,
+from llmload.core.metrics import percentile
+from llmload.core.model_store import resolve_model
+from llmload.core.paths import TASKS, dataset_path
+from llmload.tasks.sources import (DatasetError, RawItem, RawSource, hub_unreachable_reason, load_bundled,
                                      load_hf)
-from llmload.records import PromptRecord, RecordFormatError, read_records, write_records
+from llmload.core.records import PromptRecord, RecordFormatError, read_records, write_records
 
 DEFAULT_NUM = 100
 DEFAULT_SEED = 0

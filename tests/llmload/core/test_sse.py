@@ -2,7 +2,7 @@
 
 import pytest
 
-from llmload.sse import SSEDecoder, SSEFormatError, format_event, iter_events
+from llmload.core.sse import SSEDecoder, SSEFormatError, format_event, iter_events
 
 
 def test_events_split_on_blank_lines_and_done():

@@ -18,10 +18,10 @@ import uuid
 
 import gevent
 
-from llmload.metrics import RequestResult
-from llmload.records import PromptRecord
-from llmload.loadgen.transport import HTTPTransport, LineResponse, TransportError
-from llmload.loadgen.wire import (
+from llmload.core.metrics import RequestResult
+from llmload.core.records import PromptRecord
+from llmload.core.transport import HTTPTransport, LineResponse, TransportError
+from llmload.core.wire import (
     MODELS_PATH,
     GenerationParams,
     Outcome,

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from llmload.loadgen.wire import (
+from llmload.core.wire import (
     GenerationParams,
     StreamReader,
     WireError,
@@ -13,8 +13,8 @@ from llmload.loadgen.wire import (
     http_error_message,
     read_body,
 )
-from llmload.metrics import request_metrics, RequestResult
-from llmload.records import PromptRecord
+from llmload.core.metrics import request_metrics, RequestResult
+from llmload.core.records import PromptRecord
 
 RECORD = PromptRecord(id="r1", task="chat", source="test", prompt="Tell me a story.",
                       messages=({"role": "user", "content": "Tell me a story."},), max_tokens=64, input_tokens=5)

@@ -10,9 +10,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from llmload.prompts import build, sources
-from llmload.prompts.sources import DatasetError, iter_json_array
-from llmload.services import free_port
+from llmload.tasks import build, sources
+from llmload.tasks.sources import DatasetError, iter_json_array
+from llmload.core.services import free_port
 
 from prompt_copies import write_jsonl
 

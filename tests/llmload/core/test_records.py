@@ -2,7 +2,7 @@
 
 import pytest
 
-from llmload.records import PromptRecord, RecordFormatError, read_records, write_records
+from llmload.core.records import PromptRecord, RecordFormatError, read_records, write_records
 
 
 def record(i=0):

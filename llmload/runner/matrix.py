@@ -31,9 +31,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from llmload.metrics import MODES, read_results, summarize
-from llmload.paths import REPO_ROOT, RESULTS_DIR, TASKS, dataset_path
-from llmload.services import ServiceError, ServiceProcess, basic_server_command, free_port, http_ok, port_in_use
+from llmload.core.metrics import MODES, read_results, summarize
+from llmload.core.paths import REPO_ROOT, RESULTS_DIR, TASKS, dataset_path
+from llmload.core.services import ServiceError, ServiceProcess, basic_server_command, free_port, http_ok, port_in_use
 
 #: Servers the runner knows how to start: the basic server with each of its engines, and vLLM.
 SERVER_KINDS = ("basic-naive", "basic-batched", "vllm", "mock")
@@ -240,7 +240,7 @@ class Runner:
 
     def prepare(self) -> None:
         """Materialise the model and build missing prompt sets (both only when something must be started)."""
-        from llmload.model_store import DEFAULT_ALIASES, DEFAULT_MODEL_NAME, ModelNotAvailable, resolve_model
+        from llmload.core.model_store import DEFAULT_ALIASES, DEFAULT_MODEL_NAME, ModelNotAvailable, resolve_model
         from server.engines.hf_model import check_local_model
 
         needs_model = any(s.url is None and s.kind != "mock" for s in self.servers)
@@ -257,7 +257,7 @@ class Runner:
         if self.args.data_dir is not None and all(p.is_file() for p in paths.values()):
             self.datasets = paths  # the user's own prompt sets, used as they are
             return
-        from llmload.prompts import DatasetError, ensure_datasets  # builds the missing sets (loads the tokenizer)
+        from llmload.tasks import DatasetError, ensure_datasets  # builds the missing sets (loads the tokenizer)
 
         try:
             self.datasets = ensure_datasets(self.tasks, data_dir=self.args.data_dir, model=self.model_path,

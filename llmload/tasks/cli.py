@@ -1,15 +1,15 @@
-"""Command line of the dataset builder (``python datasets/prepare.py``, ``python -m llmload.prompts``)."""
+"""Command line of the dataset builder (``python datasets/prepare.py``, ``python -m llmload.tasks``)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from llmload.model_store import ModelNotAvailable
-from llmload.paths import DATA_DIR, TASKS
-from llmload.prompts.build import (DEFAULT_MAX_MODEL_LEN, DEFAULT_MAX_TOKENS, DEFAULT_NUM, DEFAULT_SEED,
+from llmload.core.model_store import ModelNotAvailable
+from llmload.core.paths import DATA_DIR, TASKS
+from llmload.tasks.build import (DEFAULT_MAX_MODEL_LEN, DEFAULT_MAX_TOKENS, DEFAULT_NUM, DEFAULT_SEED,
                                    build_datasets, summary_table)
-from llmload.prompts.sources import HF_DATASETS, DatasetError
+from llmload.tasks.sources import HF_DATASETS, DatasetError
 
 
 class _Parser(argparse.ArgumentParser):

@@ -3,9 +3,9 @@
 No sockets and no Locust here. A streamed response is fed line by line with each
 line's arrival time (seconds from the request's start) to :class:`StreamReader`;
 a sync response's body goes to :func:`read_body`. Both give a :class:`Outcome`:
-the raw fields of a :class:`llmload.metrics.RequestResult` (text-chunk arrival
+the raw fields of a :class:`llmload.core.metrics.RequestResult` (text-chunk arrival
 times, token counts and, for a failed request, a one-line error). Nothing is
-derived here: every metric comes from :mod:`llmload.metrics`.
+derived here: every metric comes from :mod:`llmload.core.metrics`.
 
 Rules (the same for every server):
 
@@ -24,9 +24,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from llmload.metrics import APIS, MODES
-from llmload.records import PromptRecord
-from llmload.sse import SSEDecoder, SSEEvent, SSEFormatError
+from llmload.core.metrics import APIS, MODES
+from llmload.core.records import PromptRecord
+from llmload.core.sse import SSEDecoder, SSEEvent, SSEFormatError
 
 #: URL path of each API style.
 ENDPOINTS = {"completion": "/v1/completions", "chat": "/v1/chat/completions"}

@@ -11,7 +11,7 @@ chat, summarization and qa, picked by the filters below (documented in
 
 Every loader returns a :class:`RawSource`: a name for the records' ``source``
 field and the task's :class:`RawItem` list in a stable order. Instructions,
-token limits and sampling are applied later, by :mod:`llmload.prompts.build`.
+token limits and sampling are applied later, by :mod:`llmload.tasks.build`.
 """
 
 from __future__ import annotations

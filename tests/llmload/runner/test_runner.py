@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from llmload.metrics import read_results
-from llmload.records import PromptRecord, write_records
-from llmload.services import ServiceProcess, basic_server_command, free_port
+from llmload.core.metrics import read_results
+from llmload.core.records import PromptRecord, write_records
+from llmload.core.services import ServiceProcess, basic_server_command, free_port
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def make_data(folder: Path, tasks=("qa",), n=8) -> Path:

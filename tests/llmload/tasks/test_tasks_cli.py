@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from llmload.paths import REPO_ROOT
-from llmload.prompts import cli
-from llmload.records import read_records
+from llmload.core.paths import REPO_ROOT
+from llmload.tasks import cli
+from llmload.core.records import read_records
 
 from prompt_copies import write_jsonl
 
