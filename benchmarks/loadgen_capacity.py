@@ -1,4 +1,4 @@
-"""Load-generator benchmark: how much one Locust process can drive, and when its P2FT stops being exact.
+"""Load-generator benchmark: how much one Locust process can drive, and when its TTFT stops being exact.
 
 Everything runs against the mock engine (``benchmarks.recording_mock``: the
 basic server's own app and mock engine, which records when each token left the
@@ -14,7 +14,7 @@ capacity
     busy core would sustain.
 accuracy
     A realistic schedule (``--ttft-ms``, ``--itl-ms``). At each user count, every
-    request's measured P2FT minus its true P2FT (its first token's emission,
+    request's measured TTFT minus its true TTFT (its first token's emission,
     recorded by the server, minus the request's start, paired request by
     request). The first user count whose p50 (and p90) error passes
     ``--error-limit-ms`` (5 ms) is where to add Locust workers.
@@ -93,8 +93,8 @@ class Measurement:
     requests_per_s: float = 0.0
     client_cpu_pct: float | None = None  # mean over the run's window; 100 = one core
     server_cpu_pct: float | None = None
-    p2ft_true_p50_ms: float | None = None
-    p2ft_error_ms: dict = field(default_factory=dict)  # p50, p90, max of measured - true
+    ttft_true_p50_ms: float | None = None
+    ttft_error_ms: dict = field(default_factory=dict)  # p50, p90, max of measured - true
     paired: int = 0  # requests paired with the server's record
     error: str = ""
 
@@ -276,11 +276,11 @@ def measure(tool: str, load: Workload, results: list[RequestResult], record: Pat
         m.client_cpu_pct, m.server_cpu_pct = mean_cpu(monitor_csv, first, first + summary.duration_s)
     truth = server_truth(record, results)
     m.paired = sum(1 for t in truth if t is not None)
-    errors = measurement_errors_ms(results, truth, "p2ft")
-    true_p2ft = [t.token_offsets[0] * 1000.0 for t in truth if t is not None and t.token_offsets]
-    m.p2ft_true_p50_ms = percentile(true_p2ft, 50)
+    errors = measurement_errors_ms(results, truth, "ttft")
+    true_ttft = [t.token_offsets[0] * 1000.0 for t in truth if t is not None and t.token_offsets]
+    m.ttft_true_p50_ms = percentile(true_ttft, 50)
     if errors:
-        m.p2ft_error_ms = {"p50": percentile(errors, 50), "p90": percentile(errors, 90), "max": max(errors)}
+        m.ttft_error_ms = {"p50": percentile(errors, 50), "p90": percentile(errors, 90), "max": max(errors)}
     if m.failures and not m.error:
         first_error = next(r.error for r in results if not r.success)
         m.error = f"{m.failures} failed: {first_error}"
@@ -306,16 +306,16 @@ def capacity_table(rows: list[Measurement]) -> str:
 
 
 def accuracy_table(rows: list[Measurement]) -> str:
-    """The accuracy part: the P2FT error per user count, with the load it was measured under."""
+    """The accuracy part: the TTFT error per user count, with the load it was measured under."""
     header = (f"{'tool':<10} {'users':>5} {'reqs':>5} {'paired':>6} {'chunks/s':>9} {'client CPU%':>11} "
-              f"{'server CPU%':>11} {'chunks/client-core-s':>20} {'true P2FT p50':>13} {'error p50':>9} {'p90':>7} "
+              f"{'server CPU%':>11} {'chunks/client-core-s':>20} {'true TTFT p50':>13} {'error p50':>9} {'p90':>7} "
               f"{'max':>7}  (ms)")
     lines = [header, "-" * len(header)]
     for m in rows:
-        e = m.p2ft_error_ms
+        e = m.ttft_error_ms
         lines.append(f"{m.tool:<10} {m.workload.users:>5} {m.requests:>5} {m.paired:>6} {_fmt(m.chunks_per_s, 0):>9} "
                      f"{_fmt(m.client_cpu_pct, 0):>11} {_fmt(m.server_cpu_pct, 0):>11} "
-                     f"{_fmt(m.chunks_per_client_core_s, 0):>20} {_fmt(m.p2ft_true_p50_ms):>13} "
+                     f"{_fmt(m.chunks_per_client_core_s, 0):>20} {_fmt(m.ttft_true_p50_ms):>13} "
                      f"{_fmt(e.get('p50'), 2):>9} {_fmt(e.get('p90'), 2):>7} {_fmt(e.get('max'), 1):>7}" + (f"  ({m.error})" if m.error else ""))
     return "\n".join(lines)
 
@@ -338,23 +338,23 @@ def capacity_verdicts(rows: list[Measurement]) -> list[str]:
 
 
 def accuracy_verdicts(rows: list[Measurement], limit_ms: float) -> list[str]:
-    """Per tool: the first user count whose P2FT error p50 (and p90) passes ``limit_ms``, or the most it stayed under."""
+    """Per tool: the first user count whose TTFT error p50 (and p90) passes ``limit_ms``, or the most it stayed under."""
     lines = []
     for tool in dict.fromkeys(m.tool for m in rows):
-        mine = sorted((m for m in rows if m.tool == tool and m.p2ft_error_ms), key=lambda m: m.workload.users)
+        mine = sorted((m for m in rows if m.tool == tool and m.ttft_error_ms), key=lambda m: m.workload.users)
         if not mine:
             continue
         parts = []
         for stat in ("p50", "p90"):
-            over = next((m for m in mine if m.p2ft_error_ms[stat] > limit_ms), None)
+            over = next((m for m in mine if m.ttft_error_ms[stat] > limit_ms), None)
             if over is None:
                 top = mine[-1]
                 parts.append(f"{stat} stays under {limit_ms:g} ms up to {top.workload.users} users "
-                             f"({top.chunks_per_s:,.0f} chunks/s; {top.p2ft_error_ms[stat]:.2f} ms)")
+                             f"({top.chunks_per_s:,.0f} chunks/s; {top.ttft_error_ms[stat]:.2f} ms)")
             else:
                 parts.append(f"{stat} passes {limit_ms:g} ms at {over.workload.users} users "
-                             f"({over.p2ft_error_ms[stat]:.1f} ms at {over.chunks_per_s:,.0f} chunks/s)")
-        lines.append(f"{tool}: P2FT error " + "; ".join(parts))
+                             f"({over.ttft_error_ms[stat]:.1f} ms at {over.chunks_per_s:,.0f} chunks/s)")
+        lines.append(f"{tool}: TTFT error " + "; ".join(parts))
     return lines
 
 
@@ -365,7 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.loadgen_capacity",
         description="What one Locust process sustains (SSE chunks/s, requests/s) and the user count at which its "
-                    "P2FT error passes 5 ms, against the mock engine; vllm bench serve side by side where installed.")
+                    "TTFT error passes 5 ms, against the mock engine; vllm bench serve side by side where installed.")
     p.add_argument("--tools", type=choice_list(TOOLS, "--tools"), default=list(TOOLS),
                    help="comma list of locust, vllm-bench (default: both; vllm-bench is skipped where vLLM is "
                         "not installed)")
@@ -387,7 +387,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--itl-ms", type=non_negative_float, default=20.0,
                    help="accuracy part: the mock's time between tokens (default: %(default)s)")
     p.add_argument("--error-limit-ms", type=non_negative_float, default=5.0,
-                   help="P2FT error (p50) beyond which a worker is overloaded (default: %(default)s)")
+                   help="TTFT error (p50) beyond which a worker is overloaded (default: %(default)s)")
     p.add_argument("--tokenizer", default=None,
                    help="vllm-bench only: tokenizer folder for its random prompts (default: the embedded model, "
                         "materialised on first use)")
@@ -471,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
             print(line)
     if accuracy:
         print(f"\naccuracy (mock TTFT {args.ttft_ms:g} ms, ITL {args.itl_ms:g} ms, {args.tokens}-token answers; "
-              f"error = measured P2FT - the server's recorded first-token time):\n{accuracy_table(accuracy)}")
+              f"error = measured TTFT - the server's recorded first-token time):\n{accuracy_table(accuracy)}")
         for line in accuracy_verdicts(accuracy, args.error_limit_ms):
             print(line)
     if args.out is not None:

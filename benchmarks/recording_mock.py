@@ -149,8 +149,8 @@ def server_truth(record_path: str | Path, results: list[RequestResult]) -> list[
 
 
 def measurement_errors_ms(measured: list[RequestResult], truth: list[RequestResult | None],
-                          field: str = "p2ft") -> list[float]:
-    """Measured minus true ``field`` (``e2e``, ``p2ft``, ``tpot``) in ms, for each request that has both."""
+                          field: str = "ttft") -> list[float]:
+    """Measured minus true ``field`` (``e2e``, ``ttft``, ``tpot``) in ms, for each request that has both."""
     errors = []
     for m, t in zip(measured, truth):
         if t is None or not m.success:

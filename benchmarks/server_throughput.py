@@ -8,7 +8,7 @@ requests are done. Every request asks for exactly ``--output-tokens`` tokens
 (``ignore_eos``), so all servers produce the same work, and every prompt is
 unique (see :meth:`Workload.body`). Raw timings become
 :class:`llmload.core.metrics.RequestResult` rows and every figure comes from
-:func:`llmload.core.metrics.summarize`; the table prints output tokens/s and P2FT
+:func:`llmload.core.metrics.summarize`; the table prints output tokens/s and TTFT
 p50 per server and level, with their ratios to vLLM, and the peak RSS of the
 server's whole process tree during the level (the resource monitor samples it):
 with a large ``--requests-per-user`` this is the long-run memory check, since a
@@ -20,7 +20,7 @@ server that leaks grows from level to level.
     python -m benchmarks.server_throughput --servers batched-plain,batched,vllm --concurrency 8   # what packing brings
 
 The goal the table checks: at 8 and 32 users, batched reaches at least half of
-vLLM's token throughput with a P2FT p50 at most twice vLLM's. On a shared
+vLLM's token throughput with a TTFT p50 at most twice vLLM's. On a shared
 machine the figures are noisy: compare runs made at the same time.
 
 Threads: vLLM on a small CPU runs its model on one OpenMP thread and leaves
@@ -68,7 +68,7 @@ BASIC_SERVERS = {"naive": ("naive", []), "batched": ("batched", []),
 BASELINE = "vllm"
 GOAL_LEVELS = (8, 32)
 GOAL_THROUGHPUT_RATIO = 0.5  # batched / vLLM output tokens/s, at least
-GOAL_P2FT_RATIO = 2.0  # batched / vLLM P2FT p50, at most
+GOAL_TTFT_RATIO = 2.0  # batched / vLLM TTFT p50, at most
 
 #: Built-in prompts (used when no --prompts file is given): varied lengths, one chat turn each.
 DEFAULT_PROMPTS = (
@@ -250,8 +250,8 @@ def bench_server(kind: str, args: argparse.Namespace, workload: Workload, model_
             errors = sorted({r.error for r in results if not r.success})
             peak_rss = peak_usage(read_monitor(monitor_csv))["peak_server_rss_mib"]
             cells.append(Cell(kind, concurrency, summary, "; ".join(errors)[:200], peak_rss))
-            print(f"   {kind}: {summary.output_token_throughput:.1f} tok/s, P2FT p50 "
-                  f"{_fmt(summary.p2ft['p50'], 's')}, {summary.failures} failed, server RSS peak "
+            print(f"   {kind}: {summary.output_token_throughput:.1f} tok/s, TTFT p50 "
+                  f"{_fmt(summary.get('ttft', 'p50'), 's')}, {summary.failures} failed, server RSS peak "
                   f"{_fmt(peak_rss, ' MiB', 0)}", file=sys.stderr, flush=True)
     finally:
         proc.stop()
@@ -270,19 +270,19 @@ def _ratio(value: float | None, base: float | None) -> float | None:
 
 
 def comparison_rows(cells: list[Cell]) -> list[dict]:
-    """One row per (level, server): throughput, P2FT p50 and their ratios to vLLM at that level."""
+    """One row per (level, server): throughput, TTFT p50 and their ratios to vLLM at that level."""
     base = {c.concurrency: c.summary for c in cells if c.server == BASELINE and c.summary}
     rows = []
     for cell in sorted(cells, key=lambda c: (c.concurrency, SERVERS.index(c.server))):
         s, b = cell.summary, base.get(cell.concurrency)
         tput = s.output_token_throughput if s and s.requests > s.failures else None
-        p2ft = s.p2ft["p50"] if s else None
+        ttft = s.get("ttft", "p50") if s else None
         rows.append({
             "concurrency": cell.concurrency, "server": cell.server,
             "requests": s.requests if s else 0, "failures": s.failures if s else 0,
-            "output_tokens_per_s": tput, "p2ft_p50_s": p2ft,
+            "output_tokens_per_s": tput, "ttft_p50_s": ttft,
             "throughput_vs_vllm": _ratio(tput, b.output_token_throughput if b else None),
-            "p2ft_vs_vllm": _ratio(p2ft, b.p2ft["p50"] if b else None),
+            "ttft_vs_vllm": _ratio(ttft, b.get("ttft", "p50") if b else None),
             "peak_rss_mib": cell.peak_rss_mib,
             "error": cell.error,
         })
@@ -292,12 +292,12 @@ def comparison_rows(cells: list[Cell]) -> list[dict]:
 def render_table(rows: list[dict]) -> str:
     """The side-by-side table: one line per level and server."""
     header = (f"{'users':>5}  {'server':<13} {'reqs':>4} {'fail':>4} {'tok/s':>8} {'x vLLM':>7} "
-              f"{'P2FT p50':>9} {'x vLLM':>7} {'RSS MiB':>8}")
+              f"{'TTFT p50':>9} {'x vLLM':>7} {'RSS MiB':>8}")
     lines = [header, "-" * len(header)]
     for r in rows:
         lines.append(f"{r['concurrency']:>5}  {r['server']:<13} {r['requests']:>4} {r['failures']:>4} "
                      f"{_fmt(r['output_tokens_per_s'], '', 1):>8} {_fmt(r['throughput_vs_vllm']):>7} "
-                     f"{_fmt(r['p2ft_p50_s'], 's'):>9} {_fmt(r['p2ft_vs_vllm']):>7} "
+                     f"{_fmt(r['ttft_p50_s'], 's'):>9} {_fmt(r['ttft_vs_vllm']):>7} "
                      f"{_fmt(r['peak_rss_mib'], '', 0):>8}"
                      + (f"  ({r['error']})" if r["error"] else ""))
     return "\n".join(lines)
@@ -313,13 +313,13 @@ def goal_verdicts(rows: list[dict]) -> list[str]:
     for r in rows:
         if r["server"] != "batched" or r["concurrency"] not in GOAL_LEVELS:
             continue
-        t, p = r["throughput_vs_vllm"], r["p2ft_vs_vllm"]
+        t, p = r["throughput_vs_vllm"], r["ttft_vs_vllm"]
         if t is None or p is None:
             verdicts.append(f"{r['concurrency']} users: not comparable (batched or {BASELINE} failed at this level)")
             continue
-        ok = t >= GOAL_THROUGHPUT_RATIO and p <= GOAL_P2FT_RATIO
+        ok = t >= GOAL_THROUGHPUT_RATIO and p <= GOAL_TTFT_RATIO
         verdicts.append(f"{r['concurrency']} users: batched at {t:.2f}x vLLM's tokens/s (goal >= "
-                        f"{GOAL_THROUGHPUT_RATIO}), P2FT {p:.2f}x (goal <= {GOAL_P2FT_RATIO}): "
+                        f"{GOAL_THROUGHPUT_RATIO}), TTFT {p:.2f}x (goal <= {GOAL_TTFT_RATIO}): "
                         f"{'met' if ok else 'NOT met'}")
     return verdicts
 
@@ -329,7 +329,7 @@ def goal_verdicts(rows: list[dict]) -> list[str]:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks.server_throughput",
-                                description="Output tokens/s and P2FT p50 of naive, batched and vLLM side by side.")
+                                description="Output tokens/s and TTFT p50 of naive, batched and vLLM side by side.")
     p.add_argument("--servers", type=choice_list(SERVERS, "--servers"), default=list(DEFAULT_SERVERS),
                    help=f"comma-separated servers to run, in this order, among {', '.join(SERVERS)} (default: "
                         f"{','.join(DEFAULT_SERVERS)}; batched-plain = batched with --no-prepack-weights)")

@@ -22,12 +22,12 @@ from llmload.core.metrics import read_results, summarize
 
 SUMMARY_COLUMNS = [
     "server", "task", "mode", "concurrency", "status", "requests", "failures",
-    "e2e_p50", "e2e_p90", "e2e_p99", "p2ft_p50", "p2ft_p90", "p2ft_p99", "tpot_mean", "tpot_p50",
+    "e2e_p50", "e2e_p90", "e2e_p99", "ttft_p50", "ttft_p90", "ttft_p99", "tpot_mean", "tpot_p50",
     "tokens_per_s_mean", "request_throughput", "output_token_throughput", "total_output_tokens",
     "peak_gpu_used_mib", "peak_server_gpu_mib", "peak_server_rss_mib", "peak_host_used_mib", "mean_client_cpu_pct",
     "locust_requests", "error",
 ]
-SECONDS = {"e2e_p50", "e2e_p90", "e2e_p99", "p2ft_p50", "p2ft_p90", "p2ft_p99", "tpot_mean", "tpot_p50"}
+SECONDS = {"e2e_p50", "e2e_p90", "e2e_p99", "ttft_p50", "ttft_p90", "ttft_p99", "tpot_mean", "tpot_p50"}
 
 
 class ReportError(RuntimeError):
@@ -125,10 +125,10 @@ def markdown_table(rows: list[dict], columns: list[str], headers: dict[str, str]
 
 
 MD_COLUMNS = ["server", "task", "mode", "concurrency", "status", "requests", "failures", "e2e_p50", "e2e_p99",
-              "p2ft_p50", "p2ft_p99", "tpot_mean", "tokens_per_s_mean", "request_throughput",
+              "ttft_p50", "ttft_p99", "tpot_mean", "tokens_per_s_mean", "request_throughput",
               "output_token_throughput", "peak_server_rss_mib", "peak_server_gpu_mib"]
-MD_HEADERS = {"concurrency": "users", "e2e_p50": "E2E p50 ms", "e2e_p99": "E2E p99 ms", "p2ft_p50": "P2FT p50 ms",
-              "p2ft_p99": "P2FT p99 ms", "tpot_mean": "TPOT ms", "tokens_per_s_mean": "tok/s per req",
+MD_HEADERS = {"concurrency": "users", "e2e_p50": "E2E p50 ms", "e2e_p99": "E2E p99 ms", "ttft_p50": "TTFT p50 ms",
+              "ttft_p99": "TTFT p99 ms", "tpot_mean": "TPOT ms", "tokens_per_s_mean": "tok/s per req",
               "request_throughput": "req/s", "output_token_throughput": "out tok/s",
               "peak_server_rss_mib": "server RSS MiB", "peak_server_gpu_mib": "server GPU MiB"}
 

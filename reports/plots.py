@@ -65,10 +65,10 @@ def write_plots(rows: list[dict], ratios: list[dict], out_dir: Path) -> list[Pat
         _draw(left, _series(rows, task, "e2e_p50"), server_colors, 1000)
         left.set_title(f"{task}: total latency (E2E p50)")
         left.set_ylabel("ms")
-        has_p2ft = _draw(right, _series(rows, task, "p2ft_p50"), server_colors, 1000)
-        right.set_title(f"{task}: time to first token (P2FT p50, stream)")
+        has_ttft = _draw(right, _series(rows, task, "ttft_p50"), server_colors, 1000)
+        right.set_title(f"{task}: time to first token (TTFT p50, stream)")
         right.set_ylabel("ms")
-        if not has_p2ft:
+        if not has_ttft:
             right.text(0.5, 0.5, "no stream cells", ha="center", transform=right.transAxes)
         written.append(_save(fig, out_dir / f"latency_{task}.png"))
     if tasks:

@@ -1,35 +1,45 @@
-"""Measured request results and every metric formula of the suite, defined once.
+"""Measured request results, the metric catalogue, and every metric formula of the suite, defined once.
 
 The load generator records raw timings only (:class:`RequestResult`: when the
-request started, when each chunk carrying generated text arrived, when it
-ended). Everything derived from them, per request (:func:`request_metrics`) and
-per run (:func:`summarize`), is computed here and nowhere else: the Locust
-stats, the raw logs and the reports all call these functions.
+request was due and sent, when each chunk carrying generated text arrived, when
+it ended). Everything derived from them is computed here and nowhere else: per
+request by :func:`request_metrics`, per run by :func:`summarize` (exact, from
+all values) or by :class:`LiveStats` (bounded memory, from mergeable sketches).
+The Locust stats rows, the web UI, the summary line, the reports and the
+benchmarks all read the same catalogue (:data:`METRICS`, :data:`FIGURES`).
 
-Definitions (``t0`` = the moment the request is sent):
+Definitions (``t0`` = the moment the request is sent; TTFT is what the seed
+called TTFT):
 
 * **E2E / total latency**: ``t0`` to the full JSON body (sync) or to the last
   chunk carrying generated text (stream; the usage chunk and ``[DONE]`` do not
   extend it).
-* **P2FT / TTFT**: ``t0`` to the first chunk carrying non-empty generated text
+* **TTFT**: ``t0`` to the first chunk carrying non-empty generated text
   (stream only; a role-only first chat chunk does not count).
 * **ITL**: gaps between consecutive text-carrying chunks (stream only), so
-  ``E2E - P2FT == sum(ITL)``.
-* **TPOT**: ``(E2E - P2FT) / (output_tokens - 1)`` (stream only, needs 2+ tokens).
+  ``E2E - TTFT == sum(ITL)``.
+* **TPOT**: ``(E2E - TTFT) / (output_tokens - 1)`` (stream only, 2+ tokens).
 * **Token generation speed**: ``output_tokens / E2E`` for one request.
+* **Dispatch lag**: ``start_time - intended_start``, how late the load
+  generator sent a request against its schedule (open-loop runs only); the
+  ``*_sched`` latencies add it, i.e. they are measured from the intended start.
 * **Request / token throughput**: successful requests / output tokens over the
-  run's wall time, from the first request's start to the last request's last
-  token.
+  run's wall time, from the first request's start to the last request's end.
+* **SLO attainment**: the share of requests (failures count as misses) that
+  meet every target of an :class:`SLO`; **goodput**: those requests per second
+  of wall time.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
+
+import numpy as np
+from ddsketch import DDSketch
 
 MODES = ("sync", "stream")
 APIS = ("completion", "chat")
@@ -37,7 +47,7 @@ APIS = ("completion", "chat")
 
 @dataclass
 class RequestResult:
-    """Raw measurement of one request, as the load generator saw it (nothing derived)."""
+    """Raw measurement of one request, as the load generator saw it (nothing derived but ``slo_ok``)."""
 
     request_id: str
     task: str
@@ -55,6 +65,12 @@ class RequestResult:
     prompt_id: str = ""
     worker: str = ""
     output_chars: int = 0
+    output_text: str = ""  # the generated text (for token reconciliation in the reports)
+    intended_start: float | None = None  # epoch seconds the schedule meant it to go out (open loop only)
+    warmup: bool = False  # sent, but left out of every statistic
+    slo_ok: bool | None = None  # met every --slo target (None: no SLO set)
+    turn: int | None = None  # index of the turn in a multi-turn conversation (0 = first)
+    flags: list[str] = field(default_factory=list)  # anomalies worth counting, e.g. "usage_zero"
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), ensure_ascii=False)
@@ -70,52 +86,220 @@ class RequestMetrics:
     """Metrics of one request, derived from a :class:`RequestResult` by :func:`request_metrics`."""
 
     e2e: float
-    p2ft: float | None
+    ttft: float | None
     tpot: float | None
     itl: tuple[float, ...]
     output_tokens: int
     tokens_per_s: float | None
+    dispatch_lag: float | None = None
+    e2e_sched: float | None = None
+    ttft_sched: float | None = None
 
 
 def request_metrics(result: RequestResult) -> RequestMetrics:
-    """Derive E2E, P2FT, TPOT, inter-token gaps and generation speed from raw timings."""
+    """Derive E2E, TTFT, TPOT, inter-token gaps, generation speed and dispatch lag from raw timings."""
     offsets = result.token_offsets
     if result.mode == "stream" and offsets:
         e2e = offsets[-1]
-        p2ft: float | None = offsets[0]
+        ttft: float | None = offsets[0]
         itl = tuple(b - a for a, b in zip(offsets, offsets[1:]))
     else:
         e2e = result.end_offset
-        p2ft = None
+        ttft = None
         itl = ()
     tokens = result.output_tokens or 0
-    tpot = (e2e - p2ft) / (tokens - 1) if p2ft is not None and tokens > 1 else None
+    tpot = (e2e - ttft) / (tokens - 1) if ttft is not None and tokens > 1 else None
     speed = tokens / e2e if tokens and e2e > 0 else None
-    return RequestMetrics(e2e=e2e, p2ft=p2ft, tpot=tpot, itl=itl, output_tokens=tokens, tokens_per_s=speed)
+    lag = result.start_time - result.intended_start if result.intended_start is not None else None
+    return RequestMetrics(e2e=e2e, ttft=ttft, tpot=tpot, itl=itl, output_tokens=tokens, tokens_per_s=speed,
+                          dispatch_lag=lag, e2e_sched=None if lag is None else e2e + lag,
+                          ttft_sched=None if lag is None or ttft is None else ttft + lag)
+
+
+# --------------------------------------------------------------------------- SLOs
+
+
+@dataclass(frozen=True)
+class SLO:
+    """Latency targets in seconds (None: no target); a request meets the SLO when it meets every target."""
+
+    ttft: float | None = None
+    tpot: float | None = None
+    e2e: float | None = None
+    itl: float | None = None  # the largest gap between two chunks
+
+    KEYS = ("ttft", "tpot", "e2e", "itl")
+
+    @property
+    def empty(self) -> bool:
+        return all(getattr(self, k) is None for k in self.KEYS)
+
+    def met(self, result: RequestResult, metrics: RequestMetrics | None = None) -> bool | None:
+        """True/False for a request (a failure never meets it); None when no target is set.
+
+        Targets apply to what was measured: a sync request has no TTFT, TPOT or ITL,
+        so only its E2E target counts. Latencies of an open-loop request count from
+        its intended start (:data:`RequestMetrics.ttft_sched`), as a user of the
+        schedule would feel them.
+        """
+        if self.empty:
+            return None
+        if not result.success:
+            return False
+        m = metrics or request_metrics(result)
+        measured = {"ttft": m.ttft_sched if m.ttft_sched is not None else m.ttft,
+                    "tpot": m.tpot, "e2e": m.e2e_sched if m.e2e_sched is not None else m.e2e,
+                    "itl": max(m.itl) if m.itl else None}
+        return all(target is None or measured[key] is None or measured[key] <= target
+                   for key, target in ((k, getattr(self, k)) for k in self.KEYS))
+
+    def describe(self) -> str:
+        """``ttft<=500ms, e2e<=4000ms`` (or ``none``)."""
+        parts = [f"{k}<={getattr(self, k) * 1000:g}ms" for k in self.KEYS if getattr(self, k) is not None]
+        return ", ".join(parts) or "none"
+
+    def to_dict(self) -> dict:
+        """Targets in milliseconds, only those that are set."""
+        return {k: getattr(self, k) * 1000 for k in self.KEYS if getattr(self, k) is not None}
+
+
+# --------------------------------------------------------------------------- the catalogue
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One per-request distribution the suite reports: its name, unit, formula and statistics."""
+
+    name: str  # key in summaries and prefix of its columns (``ttft_p50``)
+    title: str  # as shown in tables, Locust rows and the web UI
+    unit: str  # unit of the stored values: "s" (shown in ms) or "tok/s"
+    formula: str
+    value: Callable[[RequestMetrics], float | Sequence[float] | None]
+    stats: tuple[str, ...] = ("mean", "p50", "p90", "p99")
+    headline: tuple[str, ...] = ("p50", "p99")  # the statistics of the Markdown report and the web UI
+    locust_row: bool = False  # logged as a Locust ``METRIC`` row (ms)
+    many: bool = False  # several values per request (inter-token gaps)
+
+    @property
+    def scale(self) -> float:
+        """Factor from the stored unit to the shown one (seconds are shown in ms)."""
+        return 1000.0 if self.unit == "s" else 1.0
+
+    @property
+    def shown_unit(self) -> str:
+        return "ms" if self.unit == "s" else self.unit
+
+    def column(self, stat: str) -> str:
+        return f"{self.name}_{stat}"
+
+    def values(self, metrics: RequestMetrics) -> Sequence[float]:
+        """This metric's values for one request (none, one, or several)."""
+        value = self.value(metrics)
+        if value is None:
+            return ()
+        return value if self.many else (value,)
+
+
+METRICS: tuple[Metric, ...] = (
+    Metric("e2e", "E2E", "s", "t0 to the full body (sync) or the last text chunk (stream)", lambda m: m.e2e),
+    Metric("ttft", "TTFT", "s", "t0 to the first chunk carrying generated text (stream)", lambda m: m.ttft,
+           stats=("mean", "p50", "p90", "p95", "p99"), headline=("p50", "p90", "p99"), locust_row=True),
+    Metric("tpot", "TPOT", "s", "(E2E - TTFT) / (output tokens - 1) (stream)", lambda m: m.tpot,
+           headline=("mean",), locust_row=True),
+    Metric("itl", "ITL", "s", "gaps between consecutive text chunks (stream)", lambda m: m.itl, headline=(),
+           many=True),
+    Metric("tokens_per_s", "tok/s per request", "tok/s", "output tokens / E2E, per request",
+           lambda m: m.tokens_per_s, headline=("mean",)),
+    Metric("dispatch_lag", "dispatch lag", "s", "start_time - intended_start (open loop)",
+           lambda m: m.dispatch_lag, stats=("mean", "p50", "p99", "max"), headline=("p99",)),
+    Metric("e2e_sched", "E2E from schedule", "s", "intended start to the end: E2E + dispatch lag (open loop)",
+           lambda m: m.e2e_sched, headline=("p50", "p99")),
+    Metric("ttft_sched", "TTFT from schedule", "s", "intended start to the first text chunk (open loop)",
+           lambda m: m.ttft_sched, headline=("p50", "p99")),
+)
+METRIC_BY_NAME = {m.name: m for m in METRICS}
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One run-level figure (a count or a rate over the run's wall time)."""
+
+    name: str
+    title: str
+    unit: str
+    formula: str
+    headline: bool = True
+
+
+FIGURES: tuple[Figure, ...] = (
+    Figure("requests", "requests", "", "requests measured (warm-up excluded)"),
+    Figure("failures", "failures", "", "requests that failed"),
+    Figure("duration_s", "wall time", "s", "first start to the last end of a successful request", headline=False),
+    Figure("request_throughput", "req/s", "req/s", "successful requests / wall time"),
+    Figure("output_token_throughput", "out tok/s", "tok/s", "output tokens of successful requests / wall time"),
+    Figure("total_output_tokens", "output tokens", "", "sum of output tokens", headline=False),
+    Figure("slo_attainment", "SLO met %", "%", "requests meeting every SLO target / requests (failures miss)"),
+    Figure("goodput", "goodput req/s", "req/s", "requests meeting every SLO target / wall time"),
+)
+FIGURE_BY_NAME = {f.name: f for f in FIGURES}
+
+
+def summary_columns() -> list[str]:
+    """Every column of a flat summary row: the figures, then each metric's statistics."""
+    return [f.name for f in FIGURES] + [m.column(s) for m in METRICS for s in m.stats]
+
+
+def headline_columns() -> list[str]:
+    """The columns a compact table shows (Markdown report, web UI)."""
+    return ([f.name for f in FIGURES if f.headline]
+            + [m.column(s) for m in METRICS for s in m.headline])
+
+
+def column_title(column: str) -> str:
+    """``ttft_p50`` -> ``TTFT p50 ms``; ``request_throughput`` -> ``req/s``."""
+    if column in FIGURE_BY_NAME:
+        return FIGURE_BY_NAME[column].title
+    name, _, stat = column.rpartition("_")
+    metric = METRIC_BY_NAME.get(name)
+    if metric is None:
+        return column
+    return f"{metric.title} {stat} {metric.shown_unit}"
+
+
+def column_scale(column: str) -> float:
+    """Factor from a column's stored unit to the shown one (1000 for latencies)."""
+    name, _, _ = column.rpartition("_")
+    metric = METRIC_BY_NAME.get(name)
+    return metric.scale if metric else 1.0
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
-    """The ``q``-th percentile (0-100) with linear interpolation, as numpy's default; None if empty."""
-    if not values:
+    """The ``q``-th percentile (0-100) with linear interpolation (numpy's default); None if empty."""
+    if len(values) == 0:
         return None
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * q / 100.0
-    low = math.floor(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+    return float(np.percentile(np.asarray(values, dtype=float), q))
 
 
-def distribution(values: Sequence[float], quantiles: Iterable[float] = (50, 90, 99)) -> dict[str, float | None]:
-    """Mean and percentiles of ``values`` as ``{"mean": .., "p50": .., ...}`` (None when empty)."""
-    stats: dict[str, float | None] = {"mean": sum(values) / len(values) if values else None}
-    for q in quantiles:
-        stats[f"p{q:g}"] = percentile(values, q)
-    return stats
+def _stat(values: np.ndarray, stat: str) -> float | None:
+    if values.size == 0:
+        return None
+    if stat == "mean":
+        return float(values.mean())
+    if stat == "max":
+        return float(values.max())
+    return float(np.percentile(values, float(stat[1:])))
+
+
+def distribution(values: Sequence[float], stats: Iterable[str] = ("mean", "p50", "p90", "p99")
+                 ) -> dict[str, float | None]:
+    """``{"mean": .., "p50": .., ...}`` of ``values`` (None when empty)."""
+    array = np.asarray(values, dtype=float)
+    return {stat: _stat(array, stat) for stat in stats}
 
 
 @dataclass(frozen=True)
 class RunSummary:
-    """Aggregate metrics of a set of requests (one run, or one cell of the matrix)."""
+    """Aggregate metrics of a set of requests (one run, one task, or one cell of the matrix)."""
 
     requests: int
     failures: int
@@ -123,57 +307,178 @@ class RunSummary:
     request_throughput: float
     output_token_throughput: float
     total_output_tokens: int
-    e2e: dict
-    p2ft: dict
-    tpot: dict
-    itl: dict
-    tokens_per_s: dict
+    slo_attainment: float | None  # percent
+    goodput: float | None
+    distributions: dict  # metric name -> {stat: value}
+    exact: bool = True  # False: percentiles from sketches (relative error, see LiveStats)
+
+    def get(self, metric: str, stat: str) -> float | None:
+        return self.distributions.get(metric, {}).get(stat)
 
     def flat(self) -> dict[str, float | int | None]:
-        """One flat dict (``e2e_p50`` and so on) for tables."""
-        row: dict[str, float | int | None] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, dict):
-                row.update({f"{f.name}_{k}": v for k, v in value.items()})
-            else:
-                row[f.name] = value
+        """One flat dict (``request_throughput``, ``e2e_p50``, ...) in :func:`summary_columns` order."""
+        row: dict[str, float | int | None] = {f.name: getattr(self, f.name) for f in FIGURES}
+        for m in METRICS:
+            for stat in m.stats:
+                row[m.column(stat)] = self.get(m.name, stat)
         return row
+
+    def line(self) -> str:
+        """The one-line summary the load generator prints at the end of a run."""
+        def ms(metric: str, stat: str) -> str:
+            value = self.get(metric, stat)
+            return "" if value is None else f", {METRIC_BY_NAME[metric].title} {stat} {value * 1000:.1f} ms"
+
+        text = (f"{self.requests} requests, {self.failures} failed{ms('e2e', 'p50')}{ms('ttft', 'p50')}"
+                f"{ms('tpot', 'mean')}, {self.request_throughput:.2f} req/s, "
+                f"{self.output_token_throughput:.1f} output tok/s")
+        if self.get("dispatch_lag", "p99") is not None:
+            text += f", dispatch lag p99 {self.get('dispatch_lag', 'p99') * 1000:.1f} ms"
+        if self.slo_attainment is not None:
+            text += f", SLO met {self.slo_attainment:.1f} %, goodput {self.goodput:.2f} req/s"
+        return text
+
+
+def _summary(requests: int, failures: int, first: float | None, last: float | None, tokens: int,
+             slo_met: int | None, distributions: dict, exact: bool) -> RunSummary:
+    duration = max(last - first, 0.0) if first is not None and last is not None else 0.0
+    ok = requests - failures
+
+    def rate(count: float) -> float:
+        return count / duration if duration > 0 else 0.0
+
+    return RunSummary(requests=requests, failures=failures, duration_s=duration, request_throughput=rate(ok),
+                      output_token_throughput=rate(tokens), total_output_tokens=tokens,
+                      slo_attainment=None if slo_met is None else (100.0 * slo_met / requests if requests else 0.0),
+                      goodput=None if slo_met is None else rate(slo_met), distributions=distributions, exact=exact)
 
 
 def summarize(results: Iterable[RequestResult]) -> RunSummary:
-    """Compute every run-level metric from raw request results.
+    """Compute every run-level metric from raw request results, exactly.
 
-    Latency figures and throughput count successful requests only; the run's wall
-    time spans from the first request's start to the last successful token.
+    Warm-up requests are left out. Latency figures and throughput count successful
+    requests only; the run's wall time spans from the first successful request's
+    start to the last one's end. SLO figures count ``slo_ok`` where it is set.
     """
-    results = list(results)
-    ok = [r for r in results if r.success]
-    derived = [request_metrics(r) for r in ok]
-    if ok:
-        first = min(r.start_time for r in ok)
-        last = max(r.start_time + m.e2e for r, m in zip(ok, derived))
-        duration = max(last - first, 0.0)
-    else:
-        duration = 0.0
-    tokens = sum(m.output_tokens for m in derived)
-    return RunSummary(
-        requests=len(results),
-        failures=len(results) - len(ok),
-        duration_s=duration,
-        request_throughput=len(ok) / duration if duration > 0 else 0.0,
-        output_token_throughput=tokens / duration if duration > 0 else 0.0,
-        total_output_tokens=tokens,
-        e2e=distribution([m.e2e for m in derived]),
-        p2ft=distribution([m.p2ft for m in derived if m.p2ft is not None]),
-        tpot=distribution([m.tpot for m in derived if m.tpot is not None]),
-        itl=distribution([gap for m in derived for gap in m.itl]),
-        tokens_per_s=distribution([m.tokens_per_s for m in derived if m.tokens_per_s is not None]),
-    )
+    values: dict[str, list[float]] = {m.name: [] for m in METRICS}
+    requests = failures = tokens = 0
+    slo_met: int | None = None
+    first = last = None
+    for r in results:
+        if r.warmup:
+            continue
+        requests += 1
+        if r.slo_ok is not None:
+            slo_met = (slo_met or 0) + bool(r.slo_ok)
+        if not r.success:
+            failures += 1
+            continue
+        m = request_metrics(r)
+        tokens += m.output_tokens
+        first = r.start_time if first is None else min(first, r.start_time)
+        end = r.start_time + m.e2e
+        last = end if last is None else max(last, end)
+        for metric in METRICS:
+            values[metric.name].extend(metric.values(m))
+    distributions = {m.name: distribution(values[m.name], m.stats) for m in METRICS}
+    return _summary(requests, failures, first, last, tokens, slo_met, distributions, exact=True)
+
+
+def ratio(numerator: float | None, denominator: float | None) -> float | None:
+    """``numerator / denominator``, None when either is missing or the denominator is 0.
+
+    The suite's ratios are always *baseline over server* (``vllm / basic-naive``):
+    the reports and the benchmarks both call this with the baseline's figure on top.
+    """
+    if numerator is None or denominator is None or denominator == 0:
+        return None
+    return numerator / denominator
+
+
+# --------------------------------------------------------------------------- bounded-memory statistics
+
+#: Relative accuracy of :class:`LiveStats` quantiles: a reported p99 is within 1 % of a true value.
+SKETCH_RELATIVE_ACCURACY = 0.01
+
+
+class LiveStats:
+    """Mergeable, fixed-size statistics of a stream of results: the same figures as :func:`summarize`.
+
+    Means, counts and rates are exact; quantiles come from one DDSketch per
+    metric (relative error at most :data:`SKETCH_RELATIVE_ACCURACY`), so memory
+    does not grow with the number of requests. Used for everything live (Locust
+    rows, the web UI, the end-of-run line); the reports use :func:`summarize` on
+    the raw log.
+    """
+
+    def __init__(self) -> None:
+        self.requests = self.failures = self.tokens = 0
+        self.slo_met: int | None = None
+        self.first: float | None = None
+        self.last: float | None = None
+        self.sketches = {m.name: DDSketch(SKETCH_RELATIVE_ACCURACY) for m in METRICS}
+        self.sums = {m.name: 0.0 for m in METRICS}
+        self.maxima: dict[str, float] = {}
+
+    def add(self, result: RequestResult, metrics: RequestMetrics | None = None) -> None:
+        if result.warmup:
+            return
+        self.requests += 1
+        if result.slo_ok is not None:
+            self.slo_met = (self.slo_met or 0) + bool(result.slo_ok)
+        if not result.success:
+            self.failures += 1
+            return
+        m = metrics or request_metrics(result)
+        self.tokens += m.output_tokens
+        end = result.start_time + m.e2e
+        self.first = result.start_time if self.first is None else min(self.first, result.start_time)
+        self.last = end if self.last is None else max(self.last, end)
+        for metric in METRICS:
+            sketch = self.sketches[metric.name]
+            for value in metric.values(m):
+                sketch.add(max(value, 0.0))  # DDSketch keeps non-negative values apart from negatives
+                self.sums[metric.name] += value
+                if value > self.maxima.get(metric.name, float("-inf")):
+                    self.maxima[metric.name] = value
+
+    def merge(self, other: "LiveStats") -> None:
+        self.requests += other.requests
+        self.failures += other.failures
+        self.tokens += other.tokens
+        if other.slo_met is not None:
+            self.slo_met = (self.slo_met or 0) + other.slo_met
+        for attr, pick in (("first", min), ("last", max)):
+            mine, theirs = getattr(self, attr), getattr(other, attr)
+            setattr(self, attr, theirs if mine is None else mine if theirs is None else pick(mine, theirs))
+        for name, sketch in other.sketches.items():
+            if sketch.count:
+                self.sketches[name].merge(sketch)
+            self.sums[name] += other.sums[name]
+            if name in other.maxima:
+                self.maxima[name] = max(self.maxima.get(name, float("-inf")), other.maxima[name])
+
+    def _stat(self, metric: Metric, stat: str) -> float | None:
+        sketch = self.sketches[metric.name]
+        if not sketch.count:
+            return None
+        if stat == "mean":
+            return self.sums[metric.name] / sketch.count
+        if stat == "max":
+            return self.maxima[metric.name]
+        return sketch.get_quantile_value(float(stat[1:]) / 100.0)
+
+    def summary(self) -> RunSummary:
+        distributions = {m.name: {s: self._stat(m, s) for s in m.stats} for m in METRICS}
+        return _summary(self.requests, self.failures, self.first, self.last, self.tokens, self.slo_met,
+                        distributions, exact=False)
+
+
+# --------------------------------------------------------------------------- the raw log on disk
 
 
 def write_results(path: str | os.PathLike, results: Iterable[RequestResult]) -> int:
-    """Write raw results as JSONL (one request per line); return the count."""
+    """Write raw results as JSONL (one request per line), replacing the file; return the count."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
@@ -186,14 +491,24 @@ def write_results(path: str | os.PathLike, results: Iterable[RequestResult]) -> 
     return count
 
 
-def read_results(path: str | os.PathLike) -> list[RequestResult]:
-    """Read a raw per-request log written by :func:`write_results`."""
-    results = []
+def iter_results(path: str | os.PathLike) -> Iterator[RequestResult]:
+    """The results of a raw per-request log, one by one.
+
+    A last line without its newline (a run killed while writing it) is skipped;
+    any other bad line raises :class:`ValueError` naming the file and line.
+    """
     with Path(path).open(encoding="utf-8") as handle:
         for lineno, line in enumerate(handle, 1):
-            if line.strip():
-                try:
-                    results.append(RequestResult.from_dict(json.loads(line)))
-                except (json.JSONDecodeError, TypeError) as exc:
-                    raise ValueError(f"{path}:{lineno}: not a request result ({exc})") from None
-    return results
+            if not line.strip():
+                continue
+            try:
+                yield RequestResult.from_dict(json.loads(line))
+            except (json.JSONDecodeError, TypeError) as exc:
+                if not line.endswith("\n"):
+                    return  # cut short by a kill: every complete line before it counts
+                raise ValueError(f"{path}:{lineno}: not a request result ({exc})") from None
+
+
+def read_results(path: str | os.PathLike) -> list[RequestResult]:
+    """Every result of a raw per-request log (see :func:`iter_results`)."""
+    return list(iter_results(path))

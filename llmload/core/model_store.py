@@ -91,9 +91,26 @@ def materialise_default_model(output: Path | None = None, force: bool = False) -
     return output
 
 
+def is_default_model(model: str | None) -> bool:
+    """True for ``None`` and the aliases of the embedded default model."""
+    return model is None or model.lower() in DEFAULT_ALIASES
+
+
+def served_model_name(model: str | None) -> str:
+    """The model id every server of a comparison serves ``model`` under (the one place it is derived).
+
+    The embedded default is served as ``SmolLM2-135M-Instruct``, a local folder
+    under its folder name, a hub id as itself.
+    """
+    if is_default_model(model):
+        return DEFAULT_MODEL_NAME
+    path = Path(model).expanduser()
+    return path.resolve().name if path.is_dir() else model
+
+
 def resolve_model(model: str | None) -> str:
     """Map ``None`` or a default alias to the materialised default model; pass anything else through."""
-    if model is None or model.lower() in DEFAULT_ALIASES:
+    if is_default_model(model):
         return str(materialise_default_model())
     return model
 

@@ -17,6 +17,10 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 
+class DatasetError(RuntimeError):
+    """A prompt set that cannot be found, read, built or used; the message names the cause and the fix (one line)."""
+
+
 class RecordFormatError(ValueError):
     """A JSONL file that does not hold valid prompt records."""
 
@@ -34,16 +38,22 @@ class PromptRecord:
     input_tokens: int
     reference: str | None = None
     metadata: dict = field(default_factory=dict, compare=False)
+    #: The user turns of a multi-turn conversation, in order (the first is also in ``messages``);
+    #: empty for single-turn tasks. A client sends them one after the other, each with the history so far.
+    turns: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         # JSON gives lists; keep the record immutable and hashable-ish.
         if not isinstance(self.messages, tuple):
             object.__setattr__(self, "messages", tuple(dict(m) for m in self.messages))
+        if not isinstance(self.turns, tuple):
+            object.__setattr__(self, "turns", tuple(self.turns))
 
     def to_json(self) -> str:
         """One JSONL line (without the newline)."""
         data = asdict(self)
         data["messages"] = list(data["messages"])
+        data["turns"] = list(data["turns"])
         return json.dumps(data, ensure_ascii=False)
 
     @classmethod
@@ -94,3 +104,18 @@ def iter_records(path: str | os.PathLike) -> Iterator[PromptRecord]:
 def read_records(path: str | os.PathLike) -> list[PromptRecord]:
     """All records of a JSONL file (see :func:`iter_records`)."""
     return list(iter_records(path))
+
+
+def load_prompts(path: str | os.PathLike) -> list[PromptRecord]:
+    """The records of a prompt file to send, or :class:`DatasetError` with a line that says what to do."""
+    path = Path(path)
+    if not path.is_file():
+        raise DatasetError(f"prompt file {path} not found: build it with `make data` "
+                           f"(python datasets/prepare.py) or pass --dataset PATH")
+    try:
+        records = read_records(path)
+    except (RecordFormatError, OSError, UnicodeDecodeError) as exc:
+        raise DatasetError(f"cannot read prompts: {exc}") from None
+    if not records:
+        raise DatasetError(f"prompt file {path} holds no records")
+    return records

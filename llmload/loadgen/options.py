@@ -45,7 +45,7 @@ def add_arguments(parser) -> None:
         parser.add_argument(flag, env_var=ENV_PREFIX + flag.lstrip("-").replace("-", "_").upper(), **kwargs)
 
     add("--mode", choices=MODES, default="stream",
-        help="sync: one JSON answer per request; stream: SSE, with P2FT and time per token (default: %(default)s)")
+        help="sync: one JSON answer per request; stream: SSE, with TTFT and time per token (default: %(default)s)")
     add("--api", choices=APIS, default="chat",
         help="completion (/v1/completions, the record's prompt) or chat (/v1/chat/completions, its messages) "
              "(default: %(default)s)")

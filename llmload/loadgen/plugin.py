@@ -11,7 +11,7 @@ How results reach Locust's statistics
   :func:`llmload.core.metrics.request_metrics` (Locust itself would stop the clock at
   the response headers when streaming) and ``response_length`` = output tokens.
   Failures carry a :class:`RequestFailure` whose text is the one-line error.
-* The ``METRIC`` rows (``chat P2FT``, ``chat TPOT``, in ms): logged straight into
+* The ``METRIC`` rows (``chat TTFT``, ``chat TPOT``, in ms): logged straight into
   their :class:`locust.stats.StatsEntry` with ``environment.stats.get(name,
   "METRIC").log(...)``. ``RequestStats.log_request`` (the ``request`` event's
   path) would also add every sample to the Aggregated total, doubling or tripling
@@ -58,7 +58,7 @@ from locust.runners import MasterRunner, WorkerRunner
 from locust.stats import PERCENTILES_TO_REPORT, StatsCSV
 
 from llmload.core.metrics import RequestResult, request_metrics, summarize, write_results
-from llmload.core.records import PromptRecord, RecordFormatError, read_records
+from llmload.core.records import DatasetError, PromptRecord, load_prompts
 from llmload.loadgen.options import LoadSettings, SettingsError, add_arguments
 from llmload.core.transport import TransportError
 from llmload.core.wire import WireError
@@ -79,27 +79,9 @@ class RequestFailure(Exception):
         return str(self.args[0]) if self.args else "request failed"
 
 
-class DatasetError(SettingsError):
-    """A prompt file that is missing, unreadable or empty (the message is one line)."""
-
-
-def load_prompts(path: Path) -> list[PromptRecord]:
-    """The records of a prompt file, or :class:`DatasetError` with a line that says what to do."""
-    if not path.is_file():
-        raise DatasetError(f"prompt file {path} not found: build it with `make data` "
-                           f"(python datasets/prepare.py) or pass --dataset PATH")
-    try:
-        records = read_records(path)
-    except (RecordFormatError, OSError, UnicodeDecodeError) as exc:
-        raise DatasetError(f"cannot read prompts: {exc}") from None
-    if not records:
-        raise DatasetError(f"prompt file {path} holds no records")
-    return records
-
-
 def metric_row_names(task: str) -> tuple[str, str]:
-    """Names of the P2FT and TPOT rows of ``task`` (request type :data:`METRIC_TYPE`)."""
-    return f"{task} P2FT", f"{task} TPOT"
+    """Names of the TTFT and TPOT rows of ``task`` (request type :data:`METRIC_TYPE`)."""
+    return f"{task} TTFT", f"{task} TPOT"
 
 
 def request_row_name(task: str, path: str) -> str:
@@ -194,10 +176,10 @@ class LoadPlugin:
             self.write_final_csv()
         if self.results:
             s = summarize(self.results)
-            p2ft = f", P2FT p50 {s.p2ft['p50'] * 1000:.1f} ms" if s.p2ft["p50"] is not None else ""
-            tpot = f", TPOT mean {s.tpot['mean'] * 1000:.2f} ms" if s.tpot["mean"] is not None else ""
-            e2e = f", E2E p50 {s.e2e['p50'] * 1000:.1f} ms" if s.e2e["p50"] is not None else ""
-            log.info(f"llmload: {s.requests} requests, {s.failures} failed{e2e}{p2ft}{tpot}, "
+            ttft = f", TTFT p50 {s.get('ttft', 'p50') * 1000:.1f} ms" if s.get("ttft", "p50") is not None else ""
+            tpot = f", TPOT mean {s.get('tpot', 'mean') * 1000:.2f} ms" if s.get("tpot", "mean") is not None else ""
+            e2e = f", E2E p50 {s.get('e2e', 'p50') * 1000:.1f} ms" if s.get("e2e", "p50") is not None else ""
+            log.info(f"llmload: {s.requests} requests, {s.failures} failed{e2e}{ttft}{tpot}, "
                      f"{s.request_throughput:.2f} req/s, {s.output_token_throughput:.1f} output tok/s"
                      + (f"; raw log {path}" if path else ""))
 
@@ -278,9 +260,9 @@ class LoadPlugin:
             response_length=metrics.output_tokens, exception=None if result.success else RequestFailure(result.error),
             context=context or {}, start_time=result.start_time, url=url, response=None)
         if result.success:
-            p2ft_row, tpot_row = metric_row_names(result.task)
-            if metrics.p2ft is not None:
-                self.environment.stats.get(p2ft_row, METRIC_TYPE).log(metrics.p2ft * 1000.0, metrics.output_tokens)
+            ttft_row, tpot_row = metric_row_names(result.task)
+            if metrics.ttft is not None:
+                self.environment.stats.get(ttft_row, METRIC_TYPE).log(metrics.ttft * 1000.0, metrics.output_tokens)
             if metrics.tpot is not None:
                 self.environment.stats.get(tpot_row, METRIC_TYPE).log(metrics.tpot * 1000.0, metrics.output_tokens)
         if self.is_worker:
@@ -397,7 +379,7 @@ def _on_parser(parser, **_kw) -> None:
 def _on_init(environment, **_kw) -> None:
     try:
         plugin_for(environment).on_init()
-    except SettingsError as exc:
+    except (SettingsError, DatasetError) as exc:
         # one line, no traceback: a user error (SystemExit passes through Locust's event hook)
         raise SystemExit(f"error: {exc}") from None
 

@@ -9,7 +9,7 @@ Each user is a closed loop: it sends one request, waits for the whole answer,
 and sends the next (no think time), so ``-u N`` is the number of requests in
 flight. The request goes out through the user's ``FastHttpUser`` connection
 pool but is read by :mod:`llmload.core.transport` line by line, and it is
-reported by :mod:`llmload.loadgen.plugin` (true E2E, P2FT and TPOT rows, raw log).
+reported by :mod:`llmload.loadgen.plugin` (true E2E, TTFT and TPOT rows, raw log).
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ import gevent
 from locust import FastHttpUser, task
 
 from llmload.core.client import LLMClient
-from llmload.loadgen.plugin import DatasetError, plugin_for
+from llmload.core.records import DatasetError
+from llmload.loadgen.plugin import plugin_for
 from llmload.core.transport import HTTPTransport
 
 log = logging.getLogger("llmload")

@@ -377,9 +377,9 @@ class Runner:
         if cell.status != "ok":
             return f"FAILED: {cell.error}"
         s = summarize(read_results(raw))
-        p2ft = s.p2ft["p50"]
-        p2ft_text = f", P2FT p50 {p2ft * 1000:.0f} ms" if p2ft is not None else ""
-        return (f"{s.requests} req, {s.failures} failed, E2E p50 {s.e2e['p50'] * 1000:.0f} ms{p2ft_text}, "
+        ttft = s.get("ttft", "p50")
+        ttft_text = f", TTFT p50 {ttft * 1000:.0f} ms" if ttft is not None else ""
+        return (f"{s.requests} req, {s.failures} failed, E2E p50 {s.get('e2e', 'p50') * 1000:.0f} ms{ttft_text}, "
                 f"{s.output_token_throughput:.1f} tok/s ({cell.wall_s:.0f}s)")
 
     # ------------------------------------------------------------------ the run

@@ -29,9 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, TextIO
 
-
-class DatasetError(RuntimeError):
-    """A dataset that cannot be loaded or built; the message names the cause and the fix (one line)."""
+from llmload.core.records import DatasetError
 
 
 @dataclass(frozen=True)

@@ -36,13 +36,13 @@ def test_locust_capacity_and_accuracy_end_to_end(tmp_path, capsys):
         # on the mock every chunk is one token: the chunk rate is the request rate times the answer length
         assert row["chunks_per_s"] == pytest.approx(row["requests_per_s"] * load["answer_tokens"], rel=1e-6)
         assert row["client_cpu_pct"] is not None and row["server_cpu_pct"] is not None
-        assert row["p2ft_error_ms"]["p50"] >= 0  # a client cannot see a token before the server sent it
+        assert row["ttft_error_ms"]["p50"] >= 0  # a client cannot see a token before the server sent it
     accuracy = [r for r in rows if r["workload"]["part"] == "accuracy"]
     for row in accuracy:
-        assert 20 <= row["p2ft_true_p50_ms"] < 500  # the mock's 20 ms schedule, plus the server's own lateness
-        assert row["p2ft_error_ms"]["p50"] < 50  # loopback plus scheduling, on a shared machine
+        assert 20 <= row["ttft_true_p50_ms"] < 500  # the mock's 20 ms schedule, plus the server's own lateness
+        assert row["ttft_error_ms"]["p50"] < 50  # loopback plus scheduling, on a shared machine
     assert "capacity (mock TTFT 0, ITL 0" in printed.out and "accuracy (mock TTFT 20 ms" in printed.out
-    assert "locust: at most" in printed.out and "locust: P2FT error p50" in printed.out
+    assert "locust: at most" in printed.out and "locust: TTFT error p50" in printed.out
     # the raw files stay for inspection
     assert (out / "locust-accuracy-u4-t8_requests.jsonl").is_file()
     assert (out / "accuracy_server_record.jsonl").is_file()
@@ -60,7 +60,7 @@ def test_vllm_bench_serve_side_by_side_is_paired_through_its_request_ids(tmp_pat
     (row,) = json.loads((out / "summary.json").read_text())["rows"]
     assert row["tool"] == "vllm-bench" and row["requests"] == 50 and row["failures"] == 0
     assert row["paired"] == 50  # X-Request-Id pairs each of its requests with the server's record
-    assert 0 <= row["p2ft_error_ms"]["p50"] < 50
+    assert 0 <= row["ttft_error_ms"]["p50"] < 50
     assert row["chunks_per_s"] == pytest.approx(row["requests_per_s"] * 8, rel=1e-6)
 
 
@@ -74,22 +74,22 @@ def test_vllm_bench_detailed_results_become_request_results(tmp_path):
     assert (ok.prompt_id, ok.start_time, ok.success, ok.output_tokens) == ("lg-0", 1_100.0, True, 3)
     assert ok.token_offsets == pytest.approx([0.2, 0.21, 0.23])
     metrics = request_metrics(ok)
-    assert metrics.p2ft == pytest.approx(0.2) and metrics.e2e == pytest.approx(0.23)
+    assert metrics.ttft == pytest.approx(0.2) and metrics.e2e == pytest.approx(0.23)
     assert (failed.prompt_id, failed.success, failed.error) == ("lg-1", False, "aiohttp.ClientError: boom")
 
 
 def _measured(tool: str, users: int, p50: float) -> Measurement:
     return Measurement(tool, Workload("accuracy", users, 50, 8), requests=50, chunks_per_s=users * 100.0,
-                       p2ft_error_ms={"p50": p50, "p90": p50 * 2, "max": p50 * 3})
+                       ttft_error_ms={"p50": p50, "p90": p50 * 2, "max": p50 * 3})
 
 
 def test_accuracy_verdict_names_the_first_user_count_past_the_limit():
     rows = [_measured("locust", 1, 0.5), _measured("locust", 64, 6.0), _measured("locust", 16, 2.0),
             _measured("vllm-bench", 1, 0.4), _measured("vllm-bench", 64, 2.0)]
     assert accuracy_verdicts(rows, 5.0) == [
-        "locust: P2FT error p50 passes 5 ms at 64 users (6.0 ms at 6,400 chunks/s); "
+        "locust: TTFT error p50 passes 5 ms at 64 users (6.0 ms at 6,400 chunks/s); "
         "p90 passes 5 ms at 64 users (12.0 ms at 6,400 chunks/s)",
-        "vllm-bench: P2FT error p50 stays under 5 ms up to 64 users (6,400 chunks/s; 2.00 ms); "
+        "vllm-bench: TTFT error p50 stays under 5 ms up to 64 users (6,400 chunks/s; 2.00 ms); "
         "p90 stays under 5 ms up to 64 users (6,400 chunks/s; 4.00 ms)"]
 
 

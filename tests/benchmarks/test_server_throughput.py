@@ -40,7 +40,7 @@ def test_closed_loop_records_every_request_once_with_its_timings(mock_url):
     assert {r.prompt_id for r in results} == {"p0", "p1"}
     summary = summarize(results)
     assert summary.total_output_tokens == 42 and summary.failures == 0
-    assert 0.04 <= summary.p2ft["p50"] < 2.0
+    assert 0.04 <= summary.get("ttft", "p50") < 2.0
 
 
 def test_a_refused_request_comes_back_as_a_failed_result(mock_url):
@@ -59,11 +59,11 @@ def test_table_ratios_and_goal_verdicts_come_from_the_summaries(mock_url):
     rows = comparison_rows(cells)
     assert [r["server"] for r in rows] == ["naive", "batched", "vllm"]
     batched = rows[1]
-    assert batched["throughput_vs_vllm"] == pytest.approx(1.0) and batched["p2ft_vs_vllm"] == pytest.approx(1.0)
+    assert batched["throughput_vs_vllm"] == pytest.approx(1.0) and batched["ttft_vs_vllm"] == pytest.approx(1.0)
     assert rows[0]["output_tokens_per_s"] is None and "boom" in render_table(rows)
     assert batched["peak_rss_mib"] == 321.0 and " 321" in render_table(rows).splitlines()[3]
     assert goal_verdicts(rows) == ["8 users: batched at 1.00x vLLM's tokens/s (goal >= 0.5), "
-                                   "P2FT 1.00x (goal <= 2.0): met"]
+                                   "TTFT 1.00x (goal <= 2.0): met"]
     # a run without vLLM (the long-run memory check) says once that the goal was not checked
     alone = comparison_rows([Cell("batched", 32, summary), Cell("batched", 32, summary)])
     assert [r["throughput_vs_vllm"] for r in alone] == [None, None]
@@ -99,7 +99,7 @@ def test_batched_server_end_to_end_with_its_memory(tmp_path, capsys, default_mod
     assert [(r["server"], r["concurrency"], r["requests"], r["failures"]) for r in rows] == [
         ("batched", 1, 1, 0), ("batched", 3, 3, 0)]
     for row in rows:
-        assert row["output_tokens_per_s"] > 0 and row["p2ft_p50_s"] > 0
+        assert row["output_tokens_per_s"] > 0 and row["ttft_p50_s"] > 0
         assert 100 < row["peak_rss_mib"] < 8192  # the 135M model in float32 with torch: hundreds of MiB
         assert row["throughput_vs_vllm"] is None  # no vLLM in this run
     assert (out / "batched-c3.jsonl").is_file() and (out / "batched-c3_monitor.csv").is_file()

@@ -25,5 +25,5 @@ def test_locustfile_against_the_real_server(real_server, tmp_path):
         assert (r.task, r.api, r.mode) == (task, api, mode)
         assert r.output_tokens == 8 and r.output_tokens_source == "usage" and r.output_chars > 0
         m = request_metrics(r)  # text chunks can be fewer than tokens (a token may decode to no text yet)
-        assert 1 <= len(r.token_offsets) <= 8 and 0 < m.p2ft <= m.e2e <= r.end_offset
+        assert 1 <= len(r.token_offsets) <= 8 and 0 < m.ttft <= m.e2e <= r.end_offset
     assert int(read_stats(prefix)[("", "Aggregated")]["Request Count"]) == 2

@@ -49,7 +49,7 @@ def test_llm_metrics_tab_shows_live_exact_figures(mock_server, tmp_path):
         # the Aggregated row that the charts plot counts requests only, not the METRIC rows
         total = next(s for s in stats["stats"] if s["name"] == "Aggregated")
         assert total["num_requests"] == REQUESTS
-        assert {s["name"] for s in stats["stats"] if s["method"] == "METRIC"} == {"chat P2FT", "chat TPOT"}
+        assert {s["name"] for s in stats["stats"] if s["method"] == "METRIC"} == {"chat TTFT", "chat TPOT"}
 
         page = get(f"{web}/").decode()
         assert "LLM metrics" in page and "ttftmedian" in page  # the tab and its table are declared

@@ -45,7 +45,7 @@ def test_small_events_are_timed_on_arrival_not_after_a_buffer_fills(server):
     arrived = [result.start_time + offset for offset in result.token_offsets]
     assert all(abs(a - sent) < 0.025 for a, sent in zip(arrived, server.sent_times)), (arrived, server.sent_times)
     m = request_metrics(result)
-    assert m.p2ft == pytest.approx(GAP, abs=0.05) and all(gap == pytest.approx(GAP, abs=0.05) for gap in m.itl)
+    assert m.ttft == pytest.approx(GAP, abs=0.05) and all(gap == pytest.approx(GAP, abs=0.05) for gap in m.itl)
     assert (result.output_tokens, result.output_tokens_source) == (3, "usage")
 
 

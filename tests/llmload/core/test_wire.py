@@ -73,14 +73,14 @@ def test_role_only_first_chunk_and_usage_chunk_are_not_tokens():
     assert feed_all(reader, events)
     out = reader.outcome()
     assert out.success
-    assert out.token_offsets == pytest.approx([0.12, 0.14, 0.16])  # role chunk at 0.10 is not P2FT
+    assert out.token_offsets == pytest.approx([0.12, 0.14, 0.16])  # role chunk at 0.10 is not TTFT
     assert (out.output_tokens, out.output_tokens_source, out.prompt_tokens) == (3, "usage", 5)
     assert out.output_chars == len("Hello world!")
-    # the metrics module derives P2FT from the first *text* chunk and ignores the usage chunk
+    # the metrics module derives TTFT from the first *text* chunk and ignores the usage chunk
     result = RequestResult("id", "chat", "chat", "stream", 0.0, end_offset=0.2, token_offsets=out.token_offsets,
                            output_tokens=out.output_tokens)
     m = request_metrics(result)
-    assert m.p2ft == pytest.approx(0.12) and m.e2e == pytest.approx(0.16) and m.tpot == pytest.approx(0.02)
+    assert m.ttft == pytest.approx(0.12) and m.e2e == pytest.approx(0.16) and m.tpot == pytest.approx(0.02)
 
 
 def test_completion_stream_without_usage_counts_chunks_and_says_so():

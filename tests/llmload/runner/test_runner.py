@@ -67,9 +67,9 @@ def test_mock_matrix_end_to_end(tmp_path):
         e2e = float(row["e2e_p50"])
         assert 0.09 <= e2e < 0.25  # 40 ms + 5 x 10 ms on the mock's schedule
         if row["mode"] == "stream":
-            assert 0.04 <= float(row["p2ft_p50"]) < 0.12
+            assert 0.04 <= float(row["ttft_p50"]) < 0.12
         else:
-            assert row["p2ft_p50"] == ""
+            assert row["ttft_p50"] == ""
     report = run_dir / "report"
     for name in ("summary.md", "ratios.csv", "latency_qa.png", "latency_chat.png", "token_throughput.png",
                  "memory.png"):
@@ -167,7 +167,7 @@ def test_one_real_vllm_cell(tmp_path, default_model):
     (row,) = read_summary(run_dir)
     assert row["status"] == "ok", row
     assert int(row["requests"]) == 4 and int(row["failures"]) == 0
-    assert float(row["p2ft_p50"]) > 0
+    assert float(row["ttft_p50"]) > 0
     assert float(row["peak_server_rss_mib"]) > 200  # engine subprocess included
     raw = read_results(run_dir / "vllm" / "qa_stream_c2_requests.jsonl")
     assert all(r.output_tokens == 16 and r.output_tokens_source == "usage" for r in raw)
