@@ -106,7 +106,8 @@ class LLMClient:
             token_offsets=outcome.token_offsets,
             output_tokens=outcome.output_tokens, output_tokens_source=outcome.output_tokens_source,
             prompt_tokens=outcome.prompt_tokens, success=outcome.success, status_code=status,
-            error=outcome.error, prompt_id=record.id, worker=self.worker, output_chars=outcome.output_chars)
+            error=outcome.error, prompt_id=record.id, worker=self.worker, output_chars=outcome.output_chars,
+            output_text=outcome.output_text, flags=outcome.flags)
 
     def _read_stream(self, response: LineResponse, t0: float) -> tuple[Outcome, float]:
         """Read an SSE body to its end; return the outcome and the ``perf_counter`` time the stream ended."""

@@ -13,8 +13,9 @@ Rules (the same for every server):
   (``choices[0].text`` for completions, ``choices[0].delta.content`` for chat),
   so vLLM's role-only first chat chunk and the trailing usage chunk are not tokens;
 * output tokens come from the server's ``usage.completion_tokens`` (asked for
-  with ``stream_options.include_usage``); without it the token chunks are counted
-  and the source is recorded as ``"chunks"``;
+  with ``stream_options.include_usage``); without it, or when it says 0 beside
+  generated text (flagged ``usage_zero``), the token chunks are counted and the
+  source is recorded as ``"chunks"``;
 * ``data: {"error": ...}`` inside an HTTP 200 stream, a chunk that is not JSON or
   has no ``choices``, and a stream that ends without ``data: [DONE]`` are failures.
 """
@@ -134,6 +135,8 @@ class Outcome:
     output_tokens_source: str = "none"
     prompt_tokens: int | None = None
     output_chars: int = 0
+    output_text: str = ""
+    flags: list[str] = field(default_factory=list)
     error: str = ""
 
     @property
@@ -149,6 +152,20 @@ def _usage_counts(usage: object) -> tuple[int | None, int | None]:
     return (completion if isinstance(completion, int) else None, prompt if isinstance(prompt, int) else None)
 
 
+#: Flag of a response whose ``usage`` says 0 completion tokens although it carried generated text.
+USAGE_ZERO = "usage_zero"
+
+
+def output_token_count(usage_tokens: int | None, text_chunks: int, flags: list[str]) -> tuple[int, str]:
+    """(output tokens, source) of a stream: the server's usage, or the text chunks counted where usage is
+    missing or says 0 beside generated text (then flagged :data:`USAGE_ZERO` in ``flags``)."""
+    if usage_tokens is not None and (usage_tokens > 0 or text_chunks == 0):
+        return usage_tokens, "usage"
+    if usage_tokens == 0:
+        flags.append(USAGE_ZERO)
+    return text_chunks, "chunks"
+
+
 class StreamReader:
     """Interprets one SSE response: feed each line with its arrival offset, then take :meth:`outcome`.
 
@@ -160,6 +177,7 @@ class StreamReader:
         self.api = api
         self.decoder = SSEDecoder()
         self.token_offsets: list[float] = []
+        self.parts: list[str] = []
         self.chars = 0
         self.events = 0
         self.done = False
@@ -210,16 +228,15 @@ class StreamReader:
             text = choice_text(self.api, choices[0])
             if text:
                 self.token_offsets.append(offset)
+                self.parts.append(text)
                 self.chars += len(text)
 
     def outcome(self) -> Outcome:
         """What the stream delivered; an error when it ended without ``[DONE]``."""
         result = Outcome(token_offsets=list(self.token_offsets), prompt_tokens=self.prompt_tokens,
-                         output_chars=self.chars)
-        if self.usage_tokens is not None:
-            result.output_tokens, result.output_tokens_source = self.usage_tokens, "usage"
-        else:
-            result.output_tokens, result.output_tokens_source = len(self.token_offsets), "chunks"
+                         output_chars=self.chars, output_text="".join(self.parts))
+        result.output_tokens, result.output_tokens_source = output_token_count(
+            self.usage_tokens, len(self.token_offsets), result.flags)
         if not self.done:
             result.error = "stream ended without [DONE]" if self.events else "stream ended without any SSE event"
         return result
@@ -240,8 +257,16 @@ def read_body(api: str, body: bytes) -> Outcome:
         return Outcome(error="malformed JSON body: no choices")
     text = choice_text(api, choices[0])
     tokens, prompt = _usage_counts(payload.get("usage"))
-    return Outcome(output_tokens=tokens, output_tokens_source="usage" if tokens is not None else "none",
-                   prompt_tokens=prompt, output_chars=len(text))
+    flags: list[str] = []
+    if tokens is None:
+        source = "none"
+    elif tokens == 0 and text:
+        source = "none"
+        flags.append(USAGE_ZERO)
+    else:
+        source = "usage"
+    return Outcome(output_tokens=tokens, output_tokens_source=source, prompt_tokens=prompt, output_chars=len(text),
+                   output_text=text, flags=flags)
 
 
 def first_model_id(body: bytes) -> str:

@@ -1,0 +1,170 @@
+"""The run folder: the files a run of the runner leaves, written by the runner and read by the reports.
+
+    results/<run>/
+        run.json                     settings, servers, model, SLO, versions, machine (:func:`write_manifest`)
+        cells.jsonl                  one :class:`Cell` per line, appended as cells start and end (last wins)
+        capacity.jsonl               one line per capacity search (server, task, capacity, bracket, steps)
+        <server>/<cell>_requests.jsonl   the raw per-request log (:mod:`llmload.core.metrics`)
+        <server>/<cell>_monitor.csv      resources (``monitors``)
+        <server>/<cell>_stats.csv ...    Locust's own CSVs; ``_summary.json`` the load generator's summary
+        report/                      what ``python -m reports.merge`` writes
+
+Nothing here imports above the core; the reports read a run through these functions only.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Iterable
+
+MANIFEST = "run.json"
+CELLS = "cells.jsonl"
+CAPACITY = "capacity.jsonl"
+#: What became of a cell.
+STATUSES = ("pending", "running", "ok", "failed", "skipped", "interrupted")
+
+
+class RunFolderError(RuntimeError):
+    """A folder that is not a readable run (one clear line)."""
+
+
+@dataclass
+class Cell:
+    """One point of the matrix (a server, task, mode and load level, one repeat) and what became of it."""
+
+    server: str
+    task: str
+    mode: str
+    concurrency: int  # users (closed loop) or the pool of requests in flight (open loop)
+    prefix: str  # file prefix, relative to the run folder
+    rate: float | None = None  # offered requests/s (open loop); None = closed loop
+    repeat: int = 0
+    phase: str = "matrix"  # "matrix", "sweep", "capacity" (which part of the run made it)
+    status: str = "pending"
+    error: str = ""
+    exit_code: int | None = None
+    wall_s: float = 0.0
+
+    @property
+    def level(self) -> str:
+        """The load level as shown in tables: ``c8`` or ``r2.5/s``."""
+        return f"r{self.rate:g}/s" if self.rate is not None else f"c{self.concurrency}"
+
+    @property
+    def key(self) -> tuple:
+        """What identifies a cell across runs: server, task, mode, level and repeat."""
+        return (self.server, self.task, self.mode, self.concurrency, self.rate, self.repeat)
+
+    def files(self, run_dir: Path) -> "CellFiles":
+        return CellFiles(Path(run_dir) / self.prefix)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Cell":
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass(frozen=True)
+class CellFiles:
+    """The files of one cell, by their common prefix."""
+
+    prefix: Path
+
+    def _with(self, suffix: str) -> Path:
+        return Path(f"{self.prefix}{suffix}")
+
+    @property
+    def raw_log(self) -> Path:
+        return self._with("_requests.jsonl")
+
+    @property
+    def monitor(self) -> Path:
+        return self._with("_monitor.csv")
+
+    @property
+    def locust_stats(self) -> Path:
+        return self._with("_stats.csv")
+
+    @property
+    def summary(self) -> Path:
+        return self._with("_summary.json")
+
+    @property
+    def locust_log(self) -> Path:
+        return self._with("_locust.log")
+
+
+def append_cell(run_dir: Path, cell: Cell) -> None:
+    """Record ``cell``'s current state (one JSON line, flushed: a killed run keeps what it recorded)."""
+    with (Path(run_dir) / CELLS).open("a", encoding="utf-8") as out:
+        out.write(json.dumps(asdict(cell)) + "\n")
+
+
+def read_cells(run_dir: Path) -> list[Cell]:
+    """The run's cells in matrix order, the last record of each cell winning."""
+    path = Path(run_dir) / CELLS
+    if not path.is_file():
+        raise RunFolderError(f"{run_dir} has no {CELLS}: is it a run folder made by `python -m llmload.runner`?")
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    cells: dict[str, Cell] = {}
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            cell = Cell.from_dict(json.loads(line))
+        except (json.JSONDecodeError, TypeError) as exc:
+            if lineno == len(lines) and not text.endswith("\n"):
+                break  # the last line, cut short by a kill
+            raise RunFolderError(f"{path}:{lineno}: not a cell record ({exc})") from None
+        cells[cell.prefix] = cell
+    return list(cells.values())
+
+
+def write_manifest(run_dir: Path, info: dict) -> Path:
+    path = Path(run_dir) / MANIFEST
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(info, indent=2, default=str) + "\n", encoding="utf-8")
+    return path
+
+
+def read_manifest(run_dir: Path) -> dict:
+    """``run.json`` ({} when absent)."""
+    path = Path(run_dir) / MANIFEST
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise RunFolderError(f"{path}: not JSON ({exc})") from None
+
+
+def append_capacity(run_dir: Path, entry: dict) -> None:
+    with (Path(run_dir) / CAPACITY).open("a", encoding="utf-8") as out:
+        out.write(json.dumps(entry) + "\n")
+
+
+def read_capacity(run_dir: Path) -> list[dict]:
+    """The run's capacity searches (empty when it made none), the last per (server, task) winning."""
+    path = Path(run_dir) / CAPACITY
+    if not path.is_file():
+        return []
+    found: dict[tuple, dict] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            found[(entry.get("server"), entry.get("task"), entry.get("mode"))] = entry
+    return list(found.values())
+
+
+def is_run_folder(path: Path) -> bool:
+    return (Path(path) / CELLS).is_file()
+
+
+def cells_by_key(cells: Iterable[Cell]) -> dict[tuple, Cell]:
+    return {c.key: c for c in cells}
