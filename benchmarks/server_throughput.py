@@ -56,7 +56,8 @@ from llmload.core.wire import (
 )
 from llmload.core.metrics import RequestResult, RunSummary, summarize, write_results
 from llmload.core.records import PromptRecord, RecordFormatError, read_records
-from llmload.core.services import ServiceError, ServiceProcess, basic_server_command, free_port
+from llmload.core.services import ServiceError, ServiceProcess, free_port
+from llmload.targets.basic import basic_server_command
 from monitors.sampler import peak_usage, read_monitor, start_monitor
 
 SERVERS = ("naive", "batched-plain", "batched", "vllm")

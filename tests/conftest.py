@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from llmload.core.services import ServiceProcess, basic_server_command, free_port
+from llmload.core.services import ServiceProcess, free_port
+from llmload.targets.basic import basic_server_command
 
 
 @pytest.fixture(scope="session")

@@ -31,6 +31,11 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def local_url(port: int, path: str = "") -> str:
+    """``http://127.0.0.1:<port><path>``: the one place a local server's URL is spelled."""
+    return f"http://127.0.0.1:{port}{path}"
+
+
 def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
     """True when something already listens on ``host:port``."""
     with socket.socket() as sock:
@@ -134,12 +139,3 @@ class ServiceProcess:
 
     def __exit__(self, *exc) -> None:
         self.stop()
-
-
-def basic_server_command(engine: str = "naive", port: int = 8000, model: str | None = None,
-                         extra: Sequence[str] = ()) -> list[str]:
-    """The command line that starts the basic server with this interpreter."""
-    cmd = [sys.executable, "-m", "server", "--engine", engine, "--host", "127.0.0.1", "--port", str(port)]
-    if model:
-        cmd += ["--model", model]
-    return cmd + list(extra)

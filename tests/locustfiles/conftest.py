@@ -7,7 +7,8 @@ import sys
 import pytest
 
 from llmload.core.paths import REPO_ROOT
-from llmload.core.services import basic_server_command, free_port
+from llmload.core.services import free_port
+from llmload.targets.basic import basic_server_command
 from locust_helpers import ITL_MS, TTFT_MS, serving
 
 

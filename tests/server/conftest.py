@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from llmload.core.services import ServiceProcess, basic_server_command, free_port
+from llmload.core.services import ServiceProcess, free_port
+from llmload.targets.basic import basic_server_command
 from server_client import MOCK_ITL_MS, MOCK_MAX_MODEL_LEN, MOCK_TTFT_MS
 
 

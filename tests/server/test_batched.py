@@ -26,7 +26,8 @@ import httpx
 import pytest
 from server_client import open_raw_request, post_ok, read_until_events, response_text, stream
 
-from llmload.core.services import ServiceProcess, basic_server_command, free_port
+from llmload.core.services import ServiceProcess, free_port
+from llmload.targets.basic import basic_server_command
 from server.engines.base import SamplingParams
 
 pytestmark = pytest.mark.model

@@ -15,7 +15,8 @@ import pytest
 
 from llmload.core.metrics import read_results
 from llmload.core.records import PromptRecord, write_records
-from llmload.core.services import ServiceProcess, basic_server_command, free_port
+from llmload.core.services import ServiceProcess, free_port
+from llmload.targets.basic import basic_server_command
 
 REPO = Path(__file__).resolve().parents[3]
 

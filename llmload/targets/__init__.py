@@ -1,0 +1,10 @@
+"""Servers under test: a registry of kinds (:mod:`.registry`) and how they start (:mod:`.base`).
+
+    from llmload.targets import TargetSettings, get_kind, parse_targets, start_target
+"""
+
+from llmload.targets.base import RunningTarget, Target, TargetKind, TargetSettings, start_target
+from llmload.targets.registry import ALIASES, DEFAULT_BASELINE, KINDS, get_kind, parse_targets, register
+
+__all__ = ["ALIASES", "DEFAULT_BASELINE", "KINDS", "RunningTarget", "Target", "TargetKind", "TargetSettings",
+           "get_kind", "parse_targets", "register", "start_target"]

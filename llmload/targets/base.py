@@ -1,0 +1,124 @@
+"""What a server under test is: a kind (how it starts), a target (a named use of a kind), a running target.
+
+A :class:`TargetKind` holds everything that differs between servers: the
+command and environment that start it, its health and metrics paths, whether
+it needs a model folder, and whether it can run here at all. The runner and
+the benchmarks start every server through :func:`start_target`, so adding a
+server kind is one new file with its class plus one entry in
+:mod:`llmload.targets.registry`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from llmload.core.services import ServiceError, ServiceProcess, free_port, http_ok, local_url
+
+
+@dataclass(frozen=True)
+class TargetSettings:
+    """What every server started for one comparison shares (the runner's and the benchmarks' options)."""
+
+    model: str | None = None  # a model folder or hub id (None: no model, e.g. the mock)
+    served_model_name: str = "mock"  # the id every server serves the model under
+    max_model_len: int = 2048
+    dtype: str = "float32"
+    threads: int = 0  # torch threads of the basic server (0: torch's default)
+    max_num_seqs: int | None = None  # batch cap (basic batched engine and vLLM)
+    kv_cache_gib: float = 2.0  # vLLM on CPU
+    mock_ttft_ms: float = 50.0
+    mock_itl_ms: float = 10.0
+    start_timeout: float = 300.0
+    vllm_start_timeout: float = 900.0
+    extra_args: tuple[str, ...] = ()
+
+
+class TargetKind(ABC):
+    """How one kind of server is started and probed."""
+
+    name: str = ""
+    description: str = ""
+    needs_model: bool = True
+    health_path: str = "/health"
+    metrics_path: str | None = "/metrics"  # Prometheus text, where the server has it
+    external: bool = False  # already running at a URL: never started nor stopped here
+
+    def unavailable(self) -> str | None:
+        """Why this kind cannot run here (one line), or None."""
+        return None
+
+    @abstractmethod
+    def command(self, settings: TargetSettings, port: int) -> list[str]:
+        """The command line that starts the server on ``127.0.0.1:port``."""
+
+    def env(self, settings: TargetSettings) -> dict[str, str]:
+        return {}
+
+    def start_timeout(self, settings: TargetSettings) -> float:
+        return settings.start_timeout
+
+
+@dataclass(frozen=True)
+class Target:
+    """One server of a comparison: a name, and a kind to start or the URL of one already running."""
+
+    name: str
+    kind: str
+    url: str | None = None
+
+
+@dataclass
+class RunningTarget:
+    """A started (or reached) server: its base URL and, when started here, its process."""
+
+    name: str
+    kind: TargetKind
+    base_url: str
+    process: ServiceProcess | None = None
+    ready_s: float = 0.0
+    info: dict = field(default_factory=dict)
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    @property
+    def metrics_url(self) -> str | None:
+        return self.base_url + self.kind.metrics_path if self.kind.metrics_path else None
+
+    def alive(self) -> bool:
+        return self.process is None or self.process.alive()
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.stop()
+
+
+def start_target(target: Target, kind: TargetKind, settings: TargetSettings, log_path: Path,
+                 progress: bool = True) -> RunningTarget:
+    """Start ``target`` (or check that its URL answers) and wait until it is healthy.
+
+    Raises :class:`ServiceError` with one first line that says what went wrong.
+    """
+    if kind.external or target.url:
+        url = (target.url or "").rstrip("/")
+        if not url:
+            raise ServiceError(f"{target.name}: give its URL as {target.name}=http://host:port")
+        if not http_ok(f"{url}/v1/models"):
+            raise ServiceError(f"{target.name} at {url} does not answer /v1/models: start it first")
+        return RunningTarget(target.name, kind, url)
+    reason = kind.unavailable()
+    if reason:
+        raise ServiceError(reason)
+    port = free_port()
+    process = ServiceProcess(target.name, kind.command(settings, port), local_url(port, kind.health_path), log_path,
+                             env=kind.env(settings))
+    process.start()
+    try:
+        ready = process.wait_ready(kind.start_timeout(settings), progress=progress)
+    except BaseException:
+        process.stop()
+        raise
+    return RunningTarget(target.name, kind, local_url(port), process, ready_s=ready)

@@ -1,0 +1,68 @@
+"""The servers under test the suite knows: one entry per kind (adding one = its file + one line here)."""
+
+from __future__ import annotations
+
+from llmload.core.services import ServiceError
+from llmload.targets.base import Target, TargetKind
+from llmload.targets.basic import BasicServer
+from llmload.targets.external import ExternalServer
+from llmload.targets.vllm import VLLMServer
+
+KINDS: dict[str, TargetKind] = {}
+
+
+def register(kind: TargetKind) -> TargetKind:
+    """Add (or replace) a server kind; returns it."""
+    KINDS[kind.name] = kind
+    return kind
+
+
+for _kind in (
+    BasicServer("basic-naive", "naive", "the basic server, naive engine: one request at a time (the seed's script)"),
+    BasicServer("basic-batched", "batched", "the basic server, continuous batching"),
+    BasicServer("basic-batched-plain", "batched", "basic-batched with its weights left unpacked (to measure packing)",
+                flags=("--no-prepack-weights",)),
+    BasicServer("mock", "mock", "the basic server's mock engine: no model, tokens on a fixed schedule"),
+    VLLMServer("vllm", prefix_caching=False, description="vLLM, automatic prefix caching off"),
+    VLLMServer("vllm-prefix-cache", prefix_caching=True, description="vLLM, automatic prefix caching on"),
+    ExternalServer(),
+):
+    register(_kind)
+
+#: Short names accepted wherever a server kind is named.
+ALIASES = {"basic": "basic-naive", "naive": "basic-naive", "batched": "basic-batched",
+           "batched-plain": "basic-batched-plain"}
+DEFAULT_BASELINE = "vllm"
+
+
+def get_kind(name: str) -> TargetKind:
+    """The kind called ``name`` (or an alias of it); :class:`ServiceError` listing the known ones."""
+    kind = KINDS.get(ALIASES.get(name, name))
+    if kind is None:
+        raise ServiceError(f"unknown server {name!r}: choose from {', '.join(k for k in KINDS if k != 'url')}, "
+                           "or give NAME=URL for a server that is already running")
+    return kind
+
+
+def parse_targets(text: str) -> list[Target]:
+    """``basic,vllm`` or ``a=http://host:8000,b=vllm``: kinds to start, or NAME=URL for running servers.
+
+    ``NAME=KIND`` starts a kind under another name (two runs of the same kind side by side).
+    """
+    targets = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        name, sep, value = item.partition("=")
+        name = name.strip()
+        if sep and "://" in value:
+            targets.append(Target(name, "url", value.strip().rstrip("/")))
+        else:
+            kind = get_kind(value.strip() if sep else name)
+            targets.append(Target(name if sep else kind.name, kind.name))
+    if not targets:
+        raise ServiceError("--servers is empty")
+    names = [t.name for t in targets]
+    if len(set(names)) != len(names):
+        raise ServiceError(f"--servers names must be unique (got {text})")
+    return targets

