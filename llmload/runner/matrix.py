@@ -33,7 +33,8 @@ from pathlib import Path
 
 from llmload.core.metrics import MODES, read_results, summarize
 from llmload.core.paths import REPO_ROOT, RESULTS_DIR, TASKS, dataset_path
-from llmload.core.services import ServiceError, ServiceProcess, basic_server_command, free_port, http_ok, port_in_use
+from llmload.core.services import ServiceError, ServiceProcess, free_port, http_ok, port_in_use
+from llmload.targets.basic import basic_server_command
 
 #: Servers the runner knows how to start: the basic server with each of its engines, and vLLM.
 SERVER_KINDS = ("basic-naive", "basic-batched", "vllm", "mock")
