@@ -13,11 +13,12 @@ import logging
 import time
 import uuid
 from contextlib import asynccontextmanager
-from typing import AsyncIterator
+from typing import AsyncIterator, Callable, Sequence
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -27,12 +28,17 @@ from server.engines import create_engine
 from server.engines.base import Engine, GenerationDelta, PreparedPrompt, PromptTooLong, SamplingParams
 from server.protocol import (
     ChatCompletionChoice,
+    ChatCompletionChunk,
     ChatCompletionRequest,
     ChatCompletionResponse,
+    ChatCompletionStreamChoice,
     ChatResponseMessage,
     CompletionChoice,
+    CompletionChunk,
     CompletionRequest,
     CompletionResponse,
+    CompletionStreamChoice,
+    DeltaMessage,
     ErrorInfo,
     ErrorResponse,
     ModelCard,
@@ -47,6 +53,8 @@ log = logging.getLogger("server")
 DISCONNECT_POLL_S = 0.05
 #: Status logged for a request whose client went away before the answer (nginx's convention).
 CLIENT_CLOSED_REQUEST = 499
+#: The chat stream's first choice, sent with the first token.
+ROLE_CHOICE = ChatCompletionStreamChoice(delta=DeltaMessage(role="assistant", content=""))
 
 
 class APIError(Exception):
@@ -197,24 +205,25 @@ async def _collect(request: Request, stream: AsyncIterator[GenerationDelta]) -> 
 
 
 def _sse_response(generation: AsyncIterator[GenerationDelta], prompt: PreparedPrompt, body: SamplingFields,
-                  base: dict, render_choice, preamble: list[dict] = ()) -> StreamingResponse:
+                  chunk_model: type[BaseModel], head: dict, render_choice: Callable[[GenerationDelta], BaseModel],
+                  preamble: Sequence[BaseModel] = ()) -> StreamingResponse:
     """Stream a generation as OpenAI SSE chunks; the generation stops when the client goes away.
 
-    ``base`` holds the chunk's id/object/created/model, ``render_choice`` turns a
-    delta into the choice dict, and ``preamble`` lists choices sent just before the
-    first token's chunk (the chat role chunk). As in vLLM, the preamble waits for
-    the first token: clients that time the first chunk with ``choices`` (``vllm
-    bench serve`` does) then measure the time to the first token, not to the
-    request's acceptance. Starlette cancels this generator when the client
-    disconnects, and the ``finally`` then cancels the engine's work at once.
+    Each chunk is a ``chunk_model`` built from ``head`` (id, created, model) and
+    its choices; ``render_choice`` turns a delta into its choice, and
+    ``preamble`` lists choices sent just before the first token's chunk (the chat
+    role chunk). As in vLLM, the preamble waits for the first token: clients that
+    time the first chunk with ``choices`` (``vllm bench serve`` does) then measure
+    the time to the first token, not to the request's acceptance. Chunks carry
+    ``usage: null`` only when ``include_usage`` asks for the final usage chunk.
+    Starlette cancels this generator when the client disconnects, and the
+    ``finally`` then cancels the engine's work at once.
     """
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
+    exclude = None if include_usage else {"usage"}
 
-    def chunk(choices: list[dict], usage: UsageInfo | None = None) -> str:
-        payload = {**base, "choices": choices}
-        if include_usage:
-            payload["usage"] = usage.model_dump() if usage else None
-        return format_event(payload)
+    def chunk(choices: list[BaseModel], usage: UsageInfo | None = None) -> str:
+        return format_event(chunk_model(**head, choices=choices, usage=usage).model_dump_json(exclude=exclude))
 
     async def events() -> AsyncIterator[str]:
         tokens = 0
@@ -313,9 +322,9 @@ def create_app(settings: ServerSettings | None = None, engine: Engine | None = N
             return CompletionResponse(id=request_id, created=created, model=eng.served_model_name,
                                       choices=[CompletionChoice(text=text, finish_reason=last.finish_reason)],
                                       usage=_usage(prompt, last.completion_tokens))
-        base = {"id": request_id, "object": "text_completion", "created": created, "model": eng.served_model_name}
-        return _sse_response(generation, prompt, body, base, lambda d: {
-            "index": 0, "text": d.text, "logprobs": None, "finish_reason": d.finish_reason})
+        head = {"id": request_id, "created": created, "model": eng.served_model_name}
+        return _sse_response(generation, prompt, body, CompletionChunk, head, lambda d: CompletionStreamChoice(
+            text=d.text, finish_reason=d.finish_reason))
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, request: Request):
@@ -337,12 +346,9 @@ def create_app(settings: ServerSettings | None = None, engine: Engine | None = N
             choice = ChatCompletionChoice(message=ChatResponseMessage(content=text), finish_reason=last.finish_reason)
             return ChatCompletionResponse(id=request_id, created=created, model=eng.served_model_name,
                                           choices=[choice], usage=_usage(prompt, last.completion_tokens))
-        base = {"id": request_id, "object": "chat.completion.chunk", "created": created,
-                "model": eng.served_model_name}
-        role = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
-        return _sse_response(generation, prompt, body, base, lambda d: {
-            "index": 0, "delta": {"content": d.text} if d.text else {}, "logprobs": None,
-            "finish_reason": d.finish_reason}, preamble=[role])
+        head = {"id": request_id, "created": created, "model": eng.served_model_name}
+        return _sse_response(generation, prompt, body, ChatCompletionChunk, head, lambda d: ChatCompletionStreamChoice(
+            delta=DeltaMessage(content=d.text or None), finish_reason=d.finish_reason), preamble=[ROLE_CHOICE])
 
     return app
 

@@ -162,6 +162,24 @@ class CompletionResponse(OpenAIBaseModel):
     usage: UsageInfo | None = None
 
 
+class CompletionStreamChoice(OpenAIBaseModel):
+    index: int = 0
+    text: str
+    logprobs: None = None
+    finish_reason: Literal["stop", "length"] | None = None
+
+
+class CompletionChunk(OpenAIBaseModel):
+    """One SSE chunk of a streamed completion (OpenAI streams ``text_completion`` objects)."""
+
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    choices: list[CompletionStreamChoice]
+    usage: UsageInfo | None = None
+
+
 # --------------------------------------------------------------------------- chat completions
 
 
@@ -232,9 +250,15 @@ class ChatCompletionResponse(OpenAIBaseModel):
     usage: UsageInfo
 
 
+def _is_none(value: Any) -> bool:
+    return value is None
+
+
 class DeltaMessage(OpenAIBaseModel):
-    role: Literal["assistant"] | None = None
-    content: str | None = None
+    """A chat chunk's delta: unset fields are left out (``{}`` for a chunk without text), as OpenAI sends it."""
+
+    role: Literal["assistant"] | None = Field(default=None, exclude_if=_is_none)
+    content: str | None = Field(default=None, exclude_if=_is_none)
 
 
 class ChatCompletionStreamChoice(OpenAIBaseModel):
