@@ -13,7 +13,8 @@ import logging
 import time
 import uuid
 from contextlib import asynccontextmanager
-from typing import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from typing import AsyncIterator, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -25,7 +26,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from llmload.core.sse import DONE_SENTINEL, format_event
 from server.engines import create_engine
-from server.engines.base import Engine, GenerationDelta, PreparedPrompt, PromptTooLong, SamplingParams
+from server.engines.base import (Engine, FinishReason, GenerationDelta, PreparedPrompt, PromptTooLong,
+                                 SamplingParams)
 from server.protocol import (
     ChatCompletionChoice,
     ChatCompletionChunk,
@@ -53,8 +55,6 @@ log = logging.getLogger("server")
 DISCONNECT_POLL_S = 0.05
 #: Status logged for a request whose client went away before the answer (nginx's convention).
 CLIENT_CLOSED_REQUEST = 499
-#: The chat stream's first choice, sent with the first token.
-ROLE_CHOICE = ChatCompletionStreamChoice(delta=DeltaMessage(role="assistant", content=""))
 
 
 class APIError(Exception):
@@ -142,7 +142,95 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_response(500, f"internal server error: {type(exc).__name__}", "internal_server_error")
 
 
-# --------------------------------------------------------------------------- request handling helpers
+# --------------------------------------------------------------------------- the two API styles
+
+
+@dataclass(frozen=True)
+class APIStyle:
+    """What differs between ``/v1/completions`` and ``/v1/chat/completions``; the rest is :func:`serve_generation`."""
+
+    id_prefix: str
+    #: The request field that holds the prompt (named by prompt errors).
+    prompt_param: str
+    prepare: Callable[[Engine, SamplingFields], PreparedPrompt]
+    response: type[BaseModel]
+    #: The non-streamed answer's choice, from the whole text and the finish reason.
+    choice: Callable[[str, FinishReason | None], BaseModel]
+    chunk: type[BaseModel]
+    #: A streamed chunk's choice, from one delta.
+    stream_choice: Callable[[GenerationDelta], BaseModel]
+    #: Choices streamed just before the first token's chunk (the chat role chunk).
+    preamble: tuple[BaseModel, ...] = ()
+
+
+def _prepare_chat(engine: Engine, body: ChatCompletionRequest) -> PreparedPrompt:
+    messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+    try:
+        return engine.prepare_chat(messages)
+    except Exception as exc:  # e.g. a chat template that rejects the role order
+        raise APIError(400, f"cannot apply the chat template: {exc}", param="messages") from None
+
+
+COMPLETIONS = APIStyle(
+    id_prefix="cmpl", prompt_param="prompt",
+    prepare=lambda engine, body: engine.prepare_completion(body.prompt),
+    response=CompletionResponse,
+    choice=lambda text, finish: CompletionChoice(text=text, finish_reason=finish),
+    chunk=CompletionChunk,
+    stream_choice=lambda d: CompletionStreamChoice(text=d.text, finish_reason=d.finish_reason),
+)
+CHAT = APIStyle(
+    id_prefix="chatcmpl", prompt_param="messages",
+    prepare=_prepare_chat,
+    response=ChatCompletionResponse,
+    choice=lambda text, finish: ChatCompletionChoice(message=ChatResponseMessage(content=text), finish_reason=finish),
+    chunk=ChatCompletionChunk,
+    stream_choice=lambda d: ChatCompletionStreamChoice(delta=DeltaMessage(content=d.text or None),
+                                                       finish_reason=d.finish_reason),
+    # As vLLM does, the role chunk goes out with the first token.
+    preamble=(ChatCompletionStreamChoice(delta=DeltaMessage(role="assistant", content="")),),
+)
+
+
+# --------------------------------------------------------------------------- one request, either style
+
+
+async def serve_generation(style: APIStyle, body: SamplingFields, request: Request):
+    """Check, prepare, generate; answer as one JSON body or as an SSE stream."""
+    engine: Engine = request.app.state.engine
+    _check_request(engine, body)
+    prompt, budget = _prepare(engine, style, body)
+    params = _sampling_params(body, budget)
+    head = {"id": f"{style.id_prefix}-{uuid.uuid4().hex}", "created": int(time.time()),
+            "model": engine.served_model_name}
+    generation = engine.generate(head["id"], prompt, params)
+    if body.stream:
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        return _sse_response(style, head, generation, prompt, include_usage)
+    text, last = await _collect(request, generation)
+    return style.response(**head, choices=[style.choice(text, last.finish_reason)],
+                          usage=_usage(prompt, last.completion_tokens))
+
+
+def _check_request(engine: Engine, body: SamplingFields) -> None:
+    problem = body.unsupported()
+    if problem is not None:
+        raise APIError(400, problem.args[0], param=problem.param, code="unsupported_parameter")
+    if body.model is not None and body.model not in (engine.served_model_name, engine.model):
+        raise APIError(404, f"The model `{body.model}` does not exist.", param="model", code="model_not_found")
+
+
+def _prepare(engine: Engine, style: APIStyle, body: SamplingFields) -> tuple[PreparedPrompt, int]:
+    """The prompt and its output budget, or a 400 when it is empty or does not fit the context."""
+    prompt = style.prepare(engine, body)
+    if not prompt.token_ids:
+        raise APIError(400, "The prompt is empty: it has no tokens to continue from.", param="prompt")
+    try:
+        budget = engine.check_fits(prompt, body.max_tokens)
+    except PromptTooLong as exc:
+        param = "messages" if body.max_tokens is None else "max_tokens"
+        raise APIError(400, str(exc), param=param, code="context_length_exceeded") from None
+    return prompt, budget
 
 
 def _sampling_params(body: SamplingFields, max_tokens: int) -> SamplingParams:
@@ -158,26 +246,6 @@ def _sampling_params(body: SamplingFields, max_tokens: int) -> SamplingParams:
         ignore_eos=body.ignore_eos,
         min_tokens=body.min_tokens,
     )
-
-
-def _check_request(engine: Engine, body: SamplingFields) -> None:
-    problem = body.unsupported()
-    if problem is not None:
-        raise APIError(400, problem.args[0], param=problem.param, code="unsupported_parameter")
-    if body.model is not None and body.model not in (engine.served_model_name, engine.model):
-        raise APIError(404, f"The model `{body.model}` does not exist.", param="model", code="model_not_found")
-
-
-def _prepare(engine: Engine, make_prompt, max_tokens: int | None) -> tuple[PreparedPrompt, int]:
-    prompt = make_prompt()
-    if not prompt.token_ids:
-        raise APIError(400, "The prompt is empty: it has no tokens to continue from.", param="prompt")
-    try:
-        budget = engine.check_fits(prompt, max_tokens)
-    except PromptTooLong as exc:
-        param = "messages" if max_tokens is None else "max_tokens"
-        raise APIError(400, str(exc), param=param, code="context_length_exceeded") from None
-    return prompt, budget
 
 
 async def _collect(request: Request, stream: AsyncIterator[GenerationDelta]) -> tuple[str, GenerationDelta]:
@@ -204,30 +272,25 @@ async def _collect(request: Request, stream: AsyncIterator[GenerationDelta]) -> 
         await stream.aclose()
 
 
-def _sse_response(generation: AsyncIterator[GenerationDelta], prompt: PreparedPrompt, body: SamplingFields,
-                  chunk_model: type[BaseModel], head: dict, render_choice: Callable[[GenerationDelta], BaseModel],
-                  preamble: Sequence[BaseModel] = ()) -> StreamingResponse:
+def _sse_response(style: APIStyle, head: dict, generation: AsyncIterator[GenerationDelta], prompt: PreparedPrompt,
+                  include_usage: bool) -> StreamingResponse:
     """Stream a generation as OpenAI SSE chunks; the generation stops when the client goes away.
 
-    Each chunk is a ``chunk_model`` built from ``head`` (id, created, model) and
-    its choices; ``render_choice`` turns a delta into its choice, and
-    ``preamble`` lists choices sent just before the first token's chunk (the chat
-    role chunk). As in vLLM, the preamble waits for the first token: clients that
-    time the first chunk with ``choices`` (``vllm bench serve`` does) then measure
-    the time to the first token, not to the request's acceptance. Chunks carry
-    ``usage: null`` only when ``include_usage`` asks for the final usage chunk.
-    Starlette cancels this generator when the client disconnects, and the
-    ``finally`` then cancels the engine's work at once.
+    The style's preamble waits for the first token, as in vLLM: clients that
+    time the first chunk with ``choices`` (``vllm bench serve`` does) then
+    measure the time to the first token, not to the request's acceptance.
+    Chunks carry ``usage: null`` only when ``include_usage`` asks for the final
+    usage chunk. Starlette cancels this generator when the client disconnects,
+    and the ``finally`` then cancels the engine's work at once.
     """
-    include_usage = bool(body.stream_options and body.stream_options.include_usage)
     exclude = None if include_usage else {"usage"}
 
     def chunk(choices: list[BaseModel], usage: UsageInfo | None = None) -> str:
-        return format_event(chunk_model(**head, choices=choices, usage=usage).model_dump_json(exclude=exclude))
+        return format_event(style.chunk(**head, choices=choices, usage=usage).model_dump_json(exclude=exclude))
 
     async def events() -> AsyncIterator[str]:
         tokens = 0
-        waiting = list(preamble)
+        waiting = list(style.preamble)
         try:
             try:
                 async for delta in generation:
@@ -235,7 +298,7 @@ def _sse_response(generation: AsyncIterator[GenerationDelta], prompt: PreparedPr
                         yield chunk([choice])
                     waiting = []
                     tokens = delta.completion_tokens
-                    yield chunk([render_choice(delta)])
+                    yield chunk([style.stream_choice(delta)])
             except Exception as exc:  # engine failure after the headers went out
                 yield _error_event(exc)
             else:
@@ -260,7 +323,7 @@ def _usage(prompt: PreparedPrompt, completion_tokens: int) -> UsageInfo:
 def _error_event(exc: Exception) -> str:
     log.exception("generation failed mid-stream")
     info = ErrorInfo(message=f"generation failed: {type(exc).__name__}: {exc}", type="internal_server_error")
-    return format_event({"error": info.model_dump()})
+    return format_event(ErrorResponse(error=info).model_dump_json())
 
 
 # --------------------------------------------------------------------------- app factory
@@ -296,59 +359,22 @@ def create_app(settings: ServerSettings | None = None, engine: Engine | None = N
     if settings.api_key:
         app.add_middleware(APIKeyMiddleware, api_key=settings.api_key)
 
-    def get_engine(request: Request) -> Engine:
-        return request.app.state.engine
-
     @app.get("/health")
     async def health(request: Request) -> dict:
-        return {"status": "ok", **get_engine(request).info()}
+        return {"status": "ok", **request.app.state.engine.info()}
 
     @app.get("/v1/models")
     async def models(request: Request) -> ModelList:
-        eng = get_engine(request)
+        eng = request.app.state.engine
         return ModelList(data=[ModelCard(id=eng.served_model_name, root=eng.model, max_model_len=eng.max_model_len)])
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request):
-        eng = get_engine(request)
-        _check_request(eng, body)
-        prompt, budget = _prepare(eng, lambda: eng.prepare_completion(body.prompt), body.max_tokens)
-        params = _sampling_params(body, budget)
-        request_id = f"cmpl-{uuid.uuid4().hex}"
-        created = int(time.time())
-        generation = eng.generate(request_id, prompt, params)
-        if not body.stream:
-            text, last = await _collect(request, generation)
-            return CompletionResponse(id=request_id, created=created, model=eng.served_model_name,
-                                      choices=[CompletionChoice(text=text, finish_reason=last.finish_reason)],
-                                      usage=_usage(prompt, last.completion_tokens))
-        head = {"id": request_id, "created": created, "model": eng.served_model_name}
-        return _sse_response(generation, prompt, body, CompletionChunk, head, lambda d: CompletionStreamChoice(
-            text=d.text, finish_reason=d.finish_reason))
+        return await serve_generation(COMPLETIONS, body, request)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, request: Request):
-        eng = get_engine(request)
-        _check_request(eng, body)
-        messages = [{"role": m.role, "content": m.text()} for m in body.messages]
-        try:
-            prompt, budget = _prepare(eng, lambda: eng.prepare_chat(messages), body.max_tokens)
-        except APIError:
-            raise
-        except Exception as exc:  # e.g. a chat template that rejects the role order
-            raise APIError(400, f"cannot apply the chat template: {exc}", param="messages") from None
-        params = _sampling_params(body, budget)
-        request_id = f"chatcmpl-{uuid.uuid4().hex}"
-        created = int(time.time())
-        generation = eng.generate(request_id, prompt, params)
-        if not body.stream:
-            text, last = await _collect(request, generation)
-            choice = ChatCompletionChoice(message=ChatResponseMessage(content=text), finish_reason=last.finish_reason)
-            return ChatCompletionResponse(id=request_id, created=created, model=eng.served_model_name,
-                                          choices=[choice], usage=_usage(prompt, last.completion_tokens))
-        head = {"id": request_id, "created": created, "model": eng.served_model_name}
-        return _sse_response(generation, prompt, body, ChatCompletionChunk, head, lambda d: ChatCompletionStreamChoice(
-            delta=DeltaMessage(content=d.text or None), finish_reason=d.finish_reason), preamble=[ROLE_CHOICE])
+        return await serve_generation(CHAT, body, request)
 
     return app
 
