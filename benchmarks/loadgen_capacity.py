@@ -48,7 +48,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from llmload.core.metrics import RequestResult, percentile, read_results, summarize
+from llmload.core.metrics import RequestResult, percentile, summarize
+from llmload.core.rawlog import read_results
 from llmload.core.paths import REPO_ROOT
 from llmload.core.records import PromptRecord, write_records
 from llmload.core.services import ServiceError, ServiceProcess, free_port

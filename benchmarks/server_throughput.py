@@ -54,7 +54,8 @@ from llmload.core.wire import (
     encode_body,
     http_error_message,
 )
-from llmload.core.metrics import RequestResult, RunSummary, summarize, write_results
+from llmload.core.metrics import RequestResult, RunSummary, summarize
+from llmload.core.rawlog import write_results
 from llmload.core.records import PromptRecord, RecordFormatError, read_records
 from llmload.core.services import ServiceError, ServiceProcess, free_port
 from llmload.targets.basic import basic_server_command

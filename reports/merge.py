@@ -18,7 +18,8 @@ import json
 import sys
 from pathlib import Path
 
-from llmload.core.metrics import read_results, summarize
+from llmload.core.metrics import summarize
+from llmload.core.rawlog import read_results
 
 SUMMARY_COLUMNS = [
     "server", "task", "mode", "concurrency", "status", "requests", "failures",

@@ -33,10 +33,8 @@ called TTFT):
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 from ddsketch import DDSketch
@@ -152,6 +150,35 @@ class SLO:
                     "itl": max(m.itl) if m.itl else None}
         return all(target is None or measured[key] is None or measured[key] <= target
                    for key, target in ((k, getattr(self, k)) for k in self.KEYS))
+
+    @classmethod
+    def parse(cls, text: str) -> "SLO":
+        """``ttft=500,tpot=50ms,e2e=4s`` (milliseconds unless suffixed ``ms`` or ``s``); ValueError says why."""
+        targets: dict[str, float] = {}
+        for item in (part.strip() for part in (text or "").split(",")):
+            if not item:
+                continue
+            key, sep, value = item.partition("=")
+            key, value = key.strip().lower(), value.strip().lower()
+            if not sep or key not in cls.KEYS:
+                raise ValueError(f"{item!r} is not KEY=MS with KEY one of {', '.join(cls.KEYS)}")
+            if key in targets:
+                raise ValueError(f"{key} is given twice")
+            scale, number = 0.001, value
+            if value.endswith("ms"):
+                number = value[:-2]
+            elif value.endswith("s"):
+                scale, number = 1.0, value[:-1]
+            try:
+                seconds = float(number) * scale
+            except ValueError:
+                seconds = float("nan")
+            if not seconds > 0 or seconds == float("inf"):
+                raise ValueError(f"{key}={value!r}: a target is a positive number of milliseconds (or 0.5s, 500ms)")
+            targets[key] = seconds
+        if not targets:
+            raise ValueError(f"no target given: use KEY=MS with KEY one of {', '.join(cls.KEYS)}")
+        return cls(**targets)
 
     def describe(self) -> str:
         """``ttft<=500ms, e2e<=4000ms`` (or ``none``)."""
@@ -472,43 +499,3 @@ class LiveStats:
         distributions = {m.name: {s: self._stat(m, s) for s in m.stats} for m in METRICS}
         return _summary(self.requests, self.failures, self.first, self.last, self.tokens, self.slo_met,
                         distributions, exact=False)
-
-
-# --------------------------------------------------------------------------- the raw log on disk
-
-
-def write_results(path: str | os.PathLike, results: Iterable[RequestResult]) -> int:
-    """Write raw results as JSONL (one request per line), replacing the file; return the count."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    count = 0
-    with tmp.open("w", encoding="utf-8") as out:
-        for result in results:
-            out.write(result.to_json() + "\n")
-            count += 1
-    os.replace(tmp, path)
-    return count
-
-
-def iter_results(path: str | os.PathLike) -> Iterator[RequestResult]:
-    """The results of a raw per-request log, one by one.
-
-    A last line without its newline (a run killed while writing it) is skipped;
-    any other bad line raises :class:`ValueError` naming the file and line.
-    """
-    with Path(path).open(encoding="utf-8") as handle:
-        for lineno, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                yield RequestResult.from_dict(json.loads(line))
-            except (json.JSONDecodeError, TypeError) as exc:
-                if not line.endswith("\n"):
-                    return  # cut short by a kill: every complete line before it counts
-                raise ValueError(f"{path}:{lineno}: not a request result ({exc})") from None
-
-
-def read_results(path: str | os.PathLike) -> list[RequestResult]:
-    """Every result of a raw per-request log (see :func:`iter_results`)."""
-    return list(iter_results(path))

@@ -31,7 +31,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from llmload.core.metrics import MODES, read_results, summarize
+from llmload.core.metrics import MODES, summarize
+from llmload.core.rawlog import read_results
 from llmload.core.paths import REPO_ROOT, RESULTS_DIR, TASKS, dataset_path
 from llmload.core.services import ServiceError, ServiceProcess, free_port, http_ok, port_in_use
 from llmload.targets.basic import basic_server_command

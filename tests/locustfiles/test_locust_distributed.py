@@ -15,7 +15,8 @@ from collections import Counter
 import pytest
 
 from locust_helpers import locust_command, output, read_stats, run_locust, write_prompts
-from llmload.core.metrics import read_results, summarize
+from llmload.core.metrics import summarize
+from llmload.core.rawlog import read_results
 from llmload.core.paths import REPO_ROOT
 from llmload.core.services import free_port
 

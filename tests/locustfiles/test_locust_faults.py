@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from locust_helpers import output, read_failures, read_stats, run_locust, serving, write_prompts
-from llmload.core.metrics import read_results
+from llmload.core.rawlog import read_results
 from llmload.core.services import free_port
 
 FAULT_SERVER = Path(__file__).resolve().parents[1] / "llmload" / "core" / "fault_server.py"

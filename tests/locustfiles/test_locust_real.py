@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from locust_helpers import output, read_stats, run_locust, write_prompts
-from llmload.core.metrics import read_results, request_metrics
+from llmload.core.metrics import request_metrics
+from llmload.core.rawlog import read_results
 
 pytestmark = pytest.mark.model
 

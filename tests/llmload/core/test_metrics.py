@@ -4,7 +4,8 @@ import math
 
 import pytest
 
-from llmload.core.metrics import RequestResult, percentile, read_results, request_metrics, summarize, write_results
+from llmload.core.metrics import RequestResult, percentile, request_metrics, summarize
+from llmload.core.rawlog import read_results, write_results
 
 
 def stream_result(start=1000.0, ttft=0.2, itl=0.02, tokens=10, **kw):

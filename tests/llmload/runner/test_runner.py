@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from llmload.core.metrics import read_results
+from llmload.core.rawlog import read_results
 from llmload.core.records import PromptRecord, write_records
 from llmload.core.services import ServiceProcess, free_port
 from llmload.targets.basic import basic_server_command
