@@ -1,70 +1,112 @@
-"""Server settings, from ``LLMLOAD_*`` environment variables or ``python -m server`` flags.
+"""Server settings: one dataclass whose field metadata builds both the ``python -m server`` flags and the
+``LLMLOAD_*`` environment variables, so each default and help text exists once.
 
-``uvicorn server.app:app`` reads the environment; ``python -m server`` parses
-flags whose defaults are the same environment variables, so both routes agree.
+``uvicorn server.app:app`` reads the environment (:meth:`ServerSettings.from_env`);
+``python -m server`` parses flags (:meth:`ServerSettings.add_arguments`) whose
+defaults are those environment values, so both routes agree.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
-from dataclasses import dataclass, fields
+from dataclasses import Field, dataclass, field, fields
+from typing import Any, Callable, Sequence
+
+from llmload.core.cliargs import non_negative_float, non_negative_int, positive_int
 
 ENV_PREFIX = "LLMLOAD_"
+ENGINES = ("naive", "batched", "mock")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
-def _flag(text: str) -> bool:
+def on_off(text: str) -> bool:
     """An on/off environment value: 1/true/yes/on or 0/false/no/off."""
     value = text.strip().lower()
     if value in ("1", "true", "yes", "on"):
         return True
     if value in ("0", "false", "no", "off"):
         return False
-    raise ValueError(text)
+    raise argparse.ArgumentTypeError(f"{text!r} is not an on/off value (1/0, true/false, yes/no, on/off)")
 
 
-_flag.__name__ = "on/off value (1/0, true/false, yes/no, on/off)"
+def setting(default: Any, help: str, *, type: Callable[[str], Any] | None = None,
+            choices: Sequence[str] | None = None, flag: str | None = None) -> Any:
+    """A settings field: its default, its ``--help`` text (``%(default)s`` allowed), how a value is parsed.
 
-
-def _env(name: str, default=None, cast=str):
-    raw = os.environ.get(ENV_PREFIX + name.upper())
-    if raw is None or raw == "":
-        return default
-    try:
-        return cast(raw)
-    except ValueError:
-        raise SystemExit(f"error: {ENV_PREFIX}{name.upper()}={raw!r} is not a valid {cast.__name__}") from None
+    ``flag`` names the switch that turns a True boolean off (``--no-prepack-weights``).
+    """
+    return field(default=default, metadata={"help": help, "type": type, "choices": choices, "flag": flag})
 
 
 @dataclass
 class ServerSettings:
     """Everything the server needs to start; see ``python -m server --help``."""
 
-    model: str | None = None  # HF id or local path; None = the embedded default model
-    served_model_name: str | None = None  # name in /v1/models (default: the model's folder name)
-    engine: str = "naive"
-    host: str = "0.0.0.0"
-    port: int = 8000
-    max_model_len: int | None = None
-    dtype: str = "auto"
-    threads: int | None = None
-    max_num_seqs: int = 32  # batched engine: most requests decoded together
-    prepack_weights: bool = True  # batched engine: linear weights in oneDNN's layout
-    api_key: str | None = None
-    mock_ttft_ms: float = 200.0
-    mock_itl_ms: float = 20.0
-    log_level: str = "info"
+    model: str | None = setting(
+        None, "Hugging Face id or local model folder (default: the embedded SmolLM2-135M-Instruct)")
+    served_model_name: str | None = setting(
+        None, "model id clients send and /v1/models lists (default: the model folder's name; 'mock' for the mock "
+              "engine without --model)")
+    engine: str = setting(
+        "naive", "naive: transformers, one request at a time; batched: transformers, continuous batching; "
+                 "mock: no model, fixed timings (default: %(default)s)", choices=ENGINES)
+    host: str = setting("0.0.0.0", "bind address (default: %(default)s)")
+    port: int = setting(8000, "port (default: %(default)s)", type=non_negative_int)
+    max_model_len: int | None = setting(None, "context length limit (default: the model's own)", type=positive_int)
+    dtype: str = setting("auto", "weights dtype (default: %(default)s = the checkpoint's)", choices=DTYPES)
+    threads: int | None = setting(
+        None, "torch CPU threads of the worker thread that runs the model (default: torch's, one per core); "
+              "/health reports the count in effect", type=positive_int)
+    max_num_seqs: int = setting(
+        32, "batched engine: most requests decoded together; more wait (default: %(default)s)", type=positive_int)
+    prepack_weights: bool = setting(
+        True, "batched engine: keep linear weights in their plain layout instead of oneDNN's blocked one "
+              "(slower decode steps; to measure what packing brings)", flag="--no-prepack-weights")
+    api_key: str | None = setting(None, "require 'Authorization: Bearer KEY' on /v1/*")
+    mock_ttft_ms: float = setting(200.0, "mock engine: time to first token in ms (default: %(default)s)",
+                                  type=non_negative_float)
+    mock_itl_ms: float = setting(20.0, "mock engine: time between tokens in ms (default: %(default)s)",
+                                 type=non_negative_float)
+    log_level: str = setting("info", "log level (default: %(default)s)", choices=LOG_LEVELS)
+
+    # ------------------------------------------------------------------ the environment
 
     @classmethod
-    def from_env(cls) -> "ServerSettings":
-        """Settings from ``LLMLOAD_MODEL``, ``LLMLOAD_ENGINE``, ``LLMLOAD_PORT``, ... (unset = default)."""
+    def from_env(cls, environ: dict[str, str] | None = None) -> "ServerSettings":
+        """Settings from ``LLMLOAD_MODEL``, ``LLMLOAD_ENGINE``, ``LLMLOAD_PORT``, ... (unset or empty = default).
+
+        A value that does not parse ends the program with one ``error:`` line.
+        """
+        environ = os.environ if environ is None else environ
         values = {}
         for f in fields(cls):
-            default = f.default
-            cast = {int: int, float: float, bool: _flag}.get(type(default), str)
-            if f.name in ("port", "max_model_len", "threads"):
-                cast = int
-            values[f.name] = _env(f.name, default, cast)
+            raw = environ.get(env_name(f))
+            values[f.name] = f.default if raw in (None, "") else _parse(f, raw)
         return cls(**values)
+
+    # ------------------------------------------------------------------ the command line
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser, defaults: "ServerSettings") -> None:
+        """One flag per field (``--max-num-seqs`` for ``max_num_seqs``), defaulting to ``defaults``' value."""
+        for f in fields(cls):
+            meta = f.metadata
+            default = getattr(defaults, f.name)
+            if meta["flag"]:  # a switch that turns a True default off
+                parser.add_argument(meta["flag"], dest=f.name, action="store_false", default=default,
+                                    help=meta["help"])
+                continue
+            parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=default, help=meta["help"],
+                                type=meta["type"], choices=meta["choices"])
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> "ServerSettings":
+        """Settings from parsed :meth:`add_arguments` flags."""
+        return cls(**{f.name: getattr(args, f.name) for f in fields(cls)})
+
+    # ------------------------------------------------------------------ derived values
 
     def resolved_model(self) -> str:
         """The model to load: the materialised default when none is set."""
@@ -78,8 +120,24 @@ class ServerSettings:
             return self.served_model_name
         if self.engine == "mock" and not self.model:
             return "mock"
-        from llmload.core.model_store import DEFAULT_ALIASES, DEFAULT_MODEL_NAME
+        from llmload.core.model_store import served_model_name
 
-        if self.model is None or self.model.lower() in DEFAULT_ALIASES:
-            return DEFAULT_MODEL_NAME
-        return self.model.rstrip("/").split("/")[-1] if os.path.isdir(self.model) else self.model
+        return served_model_name(self.model)
+
+
+def env_name(f: Field) -> str:
+    """The environment variable of a settings field (``LLMLOAD_MAX_NUM_SEQS``)."""
+    return ENV_PREFIX + f.name.upper()
+
+
+def _parse(f: Field, raw: str) -> Any:
+    meta = f.metadata
+    try:
+        if meta["flag"]:
+            return on_off(raw)
+        if meta["choices"] and raw not in meta["choices"]:
+            raise argparse.ArgumentTypeError(f"{raw!r} is not one of {', '.join(meta['choices'])}")
+        return meta["type"](raw) if meta["type"] else raw
+    except (argparse.ArgumentTypeError, ValueError) as exc:
+        raise SystemExit(f"error: {env_name(f)}={raw!r}: {exc}") from None
+

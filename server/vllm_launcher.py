@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from llmload.core.cliargs import non_negative_int, positive_float, positive_int
 from llmload.core.services import ServiceError, ServiceProcess, port_in_use
 
 DEFAULT_START_TIMEOUT_S = 600.0
@@ -135,18 +136,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--served-model-name", default=None,
                    help="model id clients send (default: the same name the basic server uses)")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default: %(default)s)")
-    p.add_argument("--port", type=int, default=8000, help="port (default: %(default)s)")
-    p.add_argument("--max-model-len", type=int, default=2048, help="context length (default: %(default)s)")
+    p.add_argument("--port", type=non_negative_int, default=8000, help="port (default: %(default)s)")
+    p.add_argument("--max-model-len", type=positive_int, default=2048, help="context length (default: %(default)s)")
     p.add_argument("--dtype", default="auto", help="weights dtype passed to vLLM (default: %(default)s)")
-    p.add_argument("--kv-cache-gib", type=float, default=4.0,
+    p.add_argument("--kv-cache-gib", type=positive_float, default=4.0,
                    help="CPU only: KV cache size in GiB, sets VLLM_CPU_KVCACHE_SPACE (default: %(default)s)")
-    p.add_argument("--gpu-memory-utilization", type=float, default=0.9,
+    p.add_argument("--gpu-memory-utilization", type=positive_float, default=0.9,
                    help="GPU only: fraction of GPU memory vLLM may use (default: %(default)s)")
-    p.add_argument("--tensor-parallel-size", type=int, default=1,
+    p.add_argument("--tensor-parallel-size", type=positive_int, default=1,
                    help="GPU only: GPUs to shard the model over (default: %(default)s)")
-    p.add_argument("--max-num-seqs", type=int, default=None, help="vLLM's batch limit (default: vLLM's)")
+    p.add_argument("--max-num-seqs", type=positive_int, default=None, help="vLLM's batch limit (default: vLLM's)")
     p.add_argument("--api-key", default=None, help="require this bearer token")
-    p.add_argument("--timeout", type=float, default=DEFAULT_START_TIMEOUT_S,
+    p.add_argument("--timeout", type=positive_float, default=DEFAULT_START_TIMEOUT_S,
                    help="seconds to wait for /health (default: %(default)s; about 80 s on 2 CPU cores)")
     p.add_argument("--log", type=Path, default=Path("vllm-server.log"), help="vLLM's log file (default: %(default)s)")
     return p
@@ -154,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args, extra = build_parser().parse_known_args(argv)
-    from llmload.core.model_store import DEFAULT_ALIASES, DEFAULT_MODEL_NAME, ModelNotAvailable, resolve_model
+    from llmload.core.model_store import ModelNotAvailable, resolve_model, served_model_name
 
     from server.engines.hf_model import check_local_model
 
@@ -164,11 +165,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ModelNotAvailable, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    served = args.served_model_name or (DEFAULT_MODEL_NAME if args.model is None or
-                                        args.model.lower() in DEFAULT_ALIASES else None)
-    settings = VLLMSettings(model=model, served_model_name=served, host=args.host, port=args.port,
-                            max_model_len=args.max_model_len, dtype=args.dtype, kv_cache_gib=args.kv_cache_gib,
-                            gpu_memory_utilization=args.gpu_memory_utilization,
+    settings = VLLMSettings(model=model, served_model_name=args.served_model_name or served_model_name(args.model),
+                            host=args.host, port=args.port, max_model_len=args.max_model_len, dtype=args.dtype,
+                            kv_cache_gib=args.kv_cache_gib, gpu_memory_utilization=args.gpu_memory_utilization,
                             tensor_parallel_size=args.tensor_parallel_size, max_num_seqs=args.max_num_seqs,
                             api_key=args.api_key, extra_args=extra)
     print(f"starting vLLM: {' '.join(settings.command())}", file=sys.stderr, flush=True)

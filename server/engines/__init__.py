@@ -8,9 +8,9 @@
 from __future__ import annotations
 
 from server.engines.base import Engine
-from server.settings import ServerSettings
+from server.settings import ENGINES, ServerSettings
 
-ENGINES = ("naive", "batched", "mock")
+__all__ = ["ENGINES", "Engine", "create_engine"]
 
 
 def create_engine(settings: ServerSettings) -> Engine:

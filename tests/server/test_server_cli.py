@@ -11,12 +11,16 @@ import os
 import socket
 import subprocess
 import sys
+from dataclasses import fields
 
 import httpx
 import pytest
 
+from llmload.core.model_store import served_model_name
 from llmload.core.services import ServiceProcess, free_port
+from server.__main__ import build_parser
 from server.engines.hf_model import check_local_model
+from server.settings import ServerSettings, env_name
 from server_client import post_ok, response_text
 
 
@@ -57,15 +61,57 @@ def test_port_in_use_is_a_one_line_error():
     (["--host", "no.such.host.invalid"], "cannot listen on no.such.host.invalid"),
     (["--port", "70000"], "out of range"),
     (["--engine", "bogus"], "invalid choice"),
-    (["--port", "eighty"], "invalid int value"),
-    (["--max-model-len", "0"], "--max-model-len must be at least 1"),
-], ids=["bad-host", "port-out-of-range", "bad-engine", "bad-port", "bad-context"])
+    (["--port", "eighty"], "argument --port: 'eighty' is not an integer >= 0"),
+    (["--max-model-len", "0"], "argument --max-model-len: '0' is not an integer >= 1"),
+    (["--max-num-seqs", "0"], "argument --max-num-seqs: '0' is not an integer >= 1"),
+    (["--mock-itl-ms", "-1"], "argument --mock-itl-ms: '-1' is not a number >= 0"),
+], ids=["bad-host", "port-out-of-range", "bad-engine", "bad-port", "bad-context", "bad-batch", "bad-delay"])
 def test_bad_flags_are_one_line_errors(args, fragment):
     assert_one_line_error(run_server_cli("--engine", "mock", *args), fragment)
 
 
-def test_bad_environment_value_is_a_one_line_error():
-    assert_one_line_error(run_server_cli("--help", env={"LLMLOAD_PORT": "abc"}), "LLMLOAD_PORT='abc'")
+@pytest.mark.parametrize("env, fragment", [
+    ({"LLMLOAD_PORT": "abc"}, "LLMLOAD_PORT='abc': 'abc' is not an integer >= 0"),
+    ({"LLMLOAD_ENGINE": "bogus"}, "LLMLOAD_ENGINE='bogus': 'bogus' is not one of naive, batched, mock"),
+    ({"LLMLOAD_PREPACK_WEIGHTS": "maybe"}, "LLMLOAD_PREPACK_WEIGHTS='maybe': 'maybe' is not an on/off value"),
+], ids=["port", "engine", "switch"])
+def test_bad_environment_value_is_a_one_line_error(env, fragment):
+    assert_one_line_error(run_server_cli("--help", env=env), fragment)
+
+
+#: A non-default value for every setting, as its environment variable spells it.
+NON_DEFAULT = {"model": "some/model", "served_model_name": "x", "engine": "batched", "host": "127.0.0.2",
+               "port": "8123", "max_model_len": "512", "dtype": "float32", "threads": "1", "max_num_seqs": "4",
+               "prepack_weights": "off", "api_key": "k", "mock_ttft_ms": "5", "mock_itl_ms": "1.5",
+               "log_level": "warning"}
+
+
+def test_flags_and_environment_agree():
+    """Each setting reads the same from its LLMLOAD_* variable and from its flag, and both default alike."""
+    defaults = ServerSettings()
+    parser = build_parser(defaults)
+    assert ServerSettings.from_env({}) == defaults == ServerSettings.from_args(parser.parse_args([]))
+    environ = {env_name(f): NON_DEFAULT[f.name] for f in fields(ServerSettings)}  # a new setting needs a value here
+    flags = []
+    for f in fields(ServerSettings):
+        if f.metadata["flag"]:
+            flags.append(f.metadata["flag"])
+        else:
+            flags += ["--" + f.name.replace("_", "-"), NON_DEFAULT[f.name]]
+    from_env = ServerSettings.from_env(environ)
+    assert from_env == ServerSettings.from_args(parser.parse_args(flags))
+    assert [f.name for f in fields(ServerSettings) if getattr(from_env, f.name) == f.default] == []
+    # The environment is also the flags' default.
+    assert ServerSettings.from_args(build_parser(from_env).parse_args([])) == from_env
+
+
+def test_served_name_follows_the_model_store(tmp_path):
+    assert ServerSettings(engine="mock").served_name() == "mock"
+    assert ServerSettings().served_name() == served_model_name(None)
+    folder = tmp_path / "my-model"
+    folder.mkdir()
+    assert ServerSettings(model=str(folder) + "/").served_name() == "my-model"
+    assert ServerSettings(model="org/hub-model", served_model_name="alias").served_name() == "alias"
 
 
 def test_model_that_cannot_load_is_a_one_line_error(tmp_path):
