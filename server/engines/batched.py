@@ -1,75 +1,20 @@
 """The batched engine: continuous (iteration-level) batching on transformers.
 
-One worker thread runs an endless loop of *iterations*. Each iteration first
-admits waiting requests (up to ``max_num_seqs`` running, and at most
-``prefill_token_budget`` prompt tokens per iteration so that a burst of long
-prompts cannot stall the running requests for long), then runs **one decode step
-for every running request at once**. A request that finishes (EOS, stop string,
-``max_tokens``) or whose client went away leaves the batch right after the
-step; a new one joins before the next. Sampling settings, seeds, stop strings,
-``min_tokens``, ``ignore_eos``, streaming and cancellation are per request and
-behave exactly as in the naive engine, because both drive the same
-:class:`~server.engines.sequence.SequenceState` and
-:func:`~server.engines.sequence.sample_next_token` for every request.
+One worker thread loops over iterations: admit waiting requests (up to
+``max_num_seqs`` running, at most ``prefill_token_budget`` prompt tokens per
+iteration), prefill each alone, then run one decode step for every running
+request at once; finished or cancelled requests leave right after the step.
+Per-request sampling, seeds, stop strings, ``min_tokens``, ``ignore_eos``,
+streaming and cancellation are the naive engine's, through the same
+:class:`~server.engines.sequence.SequenceState`.
 
-How the batch is held (:class:`SlotKVCache`): one preallocated key/value
-buffer per layer, ``[slots, kv_heads, capacity, head_dim]``. Each running
-request owns one slot and keeps its own length, so nothing is padded or
-re-aligned: a decode step writes each request's new key/value at that
-request's own position and attends with a per-row mask over the first
-``max(length) + 1`` positions. Joining copies the new request's prefill cache
-into a free slot; leaving moves the last slot into the hole. Both cost
-``O(that request's length)``, never a copy of the whole batch (as stacking
-left-padded ``DynamicCache`` objects would on every join and leave). The
-buffers grow in steps of :data:`CAPACITY_STEP` positions as sequences grow, are
-bounded by ``max_num_seqs x max_model_len``, and are freed whenever the engine
-goes idle, so memory stays bounded over a long run.
-
-Each new request is prefilled alone, with a plain ``DynamicCache`` as the
-naive engine does it. Later tokens come from batched decode steps, where the
-matrix products run with ``B`` rows instead of one and attention sees a mask:
-the same maths, but the floating-point sums are grouped differently, so logits
-differ from the naive engine's in the last bits (measured: at most ~3e-5 on
-SmolLM2-135M; the packed weights below add rounding of the same order). Greedy
-outputs therefore agree token for token except where the two best tokens are
-within that rounding of each other (none of 8 requests x 200 tokens differed
-in development); the tests bound it (see ``tests/server/test_batched.py``).
-
-What makes a step fast on CPU (each measured with SmolLM2-135M, one thread):
-
-* weights in oneDNN's blocked layout (:func:`prepack_linear_weights`, on by
-  default, ``--no-prepack-weights`` to compare): a decode step streams every
-  weight from memory, and the blocked layout streams about twice as fast;
-  8 concurrent requests went from 46 to 80 output tokens/s in float32;
-* the decode step's attention as two small grouped matrix products
-  (:func:`batched_sdpa_attention`), instead of the fused kernel that is slow in
-  bfloat16 on CPU and of transformers' per-head copies of the whole cache.
-
-CPU threads: ``--threads`` is applied in the worker thread, where the model
-runs (OpenMP thread counts are per thread). On a machine whose cores are busy
-with other processes (e.g. the load generator), ``--threads 1`` is much faster
-for batched steps than one thread per core: every parallel region of a
-``B``-row matrix product waits for its slowest thread, and a descheduled
-thread stalls them all (measured on 2 shared cores: 8 sequences decode ~2.5x
-faster with one thread).
-
-Why not transformers' own continuous batching (``generate_batch``,
-``init_continuous_batching`` / ``ContinuousBatchingManager``, paged attention)?
-It does run on CPU with this model, streams per request and can cancel, but
-(measured on the 2-core test machine with SmolLM2-135M, transformers 5.19)
-its decode step is 2-3x slower than this loop's (8 sequences: ~360 ms vs ~200
-ms a step; 32 sequences: ~890 ms vs ~300 ms): with SDPA on CPU it gathers
-every request's paged keys in every layer and attends over all requests'
-concatenated keys with a block-diagonal mask. It also cannot honour the API's
-per-request semantics: greedy versus sampling (``do_sample``) is one setting
-for the whole manager, sampling uses one global RNG (no per-request ``seed``),
-and there is no per-request ``min_tokens``; per-request temperature/top-p work
-only if the manager was built with non-default values. So this engine keeps
-its own short loop, on transformers models and their standard ``Cache`` API.
-
-Supported models: decoder-only transformers models whose layers all attend to
-the whole context (Llama, SmolLM, Qwen2, ...; a sliding window only if it is at
-least ``max_model_len`` long); others are refused at start-up with one line.
+The batch's keys and values live in :class:`SlotKVCache`, one slot per running
+request, freed whenever the engine goes idle. Decode steps use weights packed
+into oneDNN's layout (:func:`prepack_linear_weights`) and attention as grouped
+matrix products (:func:`batched_sdpa_attention`). Only decoder-only models whose
+layers all attend to the whole context are supported
+(:func:`check_full_attention`). Design, measurements, and why not transformers'
+own continuous batching: ``docs/engines.md``.
 """
 
 from __future__ import annotations
@@ -110,16 +55,11 @@ def batched_sdpa_attention(module, query, key, value, attention_mask, dropout=0.
                            **kwargs):
     """transformers' SDPA attention, except for the batched one-token decode step, which does its own maths.
 
-    In a decode step each sequence has one query token, so attention is two small
-    batched matrix products per layer. Done directly, with grouped KV heads kept
-    grouped (each KV head serves its group of query heads in one product) and the
-    softmax in float32, it is much cheaper than the fused kernel on CPU: measured
-    on 32 sequences of 120 positions, 30 layers, one thread: 24 ms instead of 30 ms
-    in float32 and 10 ms instead of 139 ms in bfloat16 (whose fused CPU kernel is
-    slow). transformers' own path with a mask would also first copy every
-    sequence's keys and values once per query head (``repeat_kv``), costing more
-    than the model's matrix products. Prefill and everything else go to
-    transformers' function unchanged.
+    With one query token per sequence, attention is two batched matrix products
+    per layer, with each KV head serving its group of query heads in one product
+    and the softmax in float32 (cheaper than the fused CPU kernel, and no
+    ``repeat_kv`` copy of the cache; ``docs/engines.md``). Prefill and everything
+    else go to transformers' function unchanged.
     """
     if attention_mask is None or query.shape[2] != 1 or kwargs.get("position_bias") is not None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
@@ -165,13 +105,9 @@ class PrepackedLinear(torch.nn.Module):
 def prepack_linear_weights(model: torch.nn.Module) -> int:
     """Replace every ``nn.Linear`` of ``model`` by a :class:`PrepackedLinear`; return how many were replaced.
 
-    A decode step multiplies a few rows by every weight matrix, so its time is the
-    time to stream all the weights from memory. A plain (row-major) weight
-    streams at about half the speed of the blocked layout oneDNN computes from
-    (measured on this project's CPU, one thread, 106 M parameters: 4-5 GB/s versus
-    9.5 GB/s, in float32 and bfloat16 alike), so reordering once at load time
-    nearly halves a decode step. vLLM's CPU backend does the same. Where PyTorch
-    has no oneDNN nothing changes (returns 0).
+    Decode steps stream every weight from memory, and the blocked layout streams
+    faster than the plain one (``docs/engines.md``). Where PyTorch has no oneDNN
+    nothing changes (returns 0).
     """
     if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")):
         log.warning("oneDNN is not available in this PyTorch: linear weights keep their plain layout")
