@@ -53,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from server.app import create_app
     from server.engines import create_engine
+    from server.limits import header_timeout_protocol
 
     # Load the model before serving, so that one that cannot load is a one-line error.
     try:
@@ -63,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     app = create_app(settings, engine=engine, engine_started=True)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level,
+    http = header_timeout_protocol(settings.header_timeout_s) if settings.header_timeout_s else "auto"
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level, http=http,
                 timeout_graceful_shutdown=5)
     return 0
 

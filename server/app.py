@@ -1,4 +1,4 @@
-"""HTTP layer: the OpenAI-compatible routes, errors in OpenAI's shape, and the app factory.
+"""HTTP layer: the OpenAI-compatible routes and the app factory.
 
 ``uvicorn server.app:app`` serves :data:`app`, built from ``LLMLOAD_*``
 environment variables; ``python -m server`` builds one from its flags. The
@@ -17,15 +17,15 @@ from dataclasses import dataclass
 from typing import AsyncIterator, Callable
 
 from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 from starlette.datastructures import Headers
-from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from llmload.core.sse import DONE_SENTINEL, format_event
 from server.engines import create_engine
+from server.errors import APIError, ClientDisconnected, error_response, install_error_handlers
+from server.limits import RequestLimits
 from server.engines.base import (Engine, FinishReason, GenerationDelta, PreparedPrompt, PromptTooLong,
                                  SamplingParams)
 from server.protocol import (
@@ -53,28 +53,6 @@ from server.settings import ServerSettings
 log = logging.getLogger("server")
 
 DISCONNECT_POLL_S = 0.05
-#: Status logged for a request whose client went away before the answer (nginx's convention).
-CLIENT_CLOSED_REQUEST = 499
-
-
-class APIError(Exception):
-    """An error to return to the client as OpenAI-shaped JSON."""
-
-    def __init__(self, status: int, message: str, type_: str = "invalid_request_error",
-                 param: str | None = None, code: str | None = None):
-        super().__init__(message)
-        self.status, self.message, self.type, self.param, self.code = status, message, type_, param, code
-
-
-class ClientDisconnected(Exception):
-    """The client closed the connection before its non-streamed answer was ready."""
-
-
-def error_response(status: int, message: str, type_: str = "invalid_request_error",
-                   param: str | None = None, code: str | None = None) -> JSONResponse:
-    """An OpenAI-shaped error: ``{"error": {"message", "type", "param", "code"}}``."""
-    body = ErrorResponse(error=ErrorInfo(message=message, type=type_, param=param, code=code))
-    return JSONResponse(body.model_dump(), status_code=status)
 
 
 class APIKeyMiddleware:
@@ -98,48 +76,6 @@ class APIKeyMiddleware:
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
-
-
-def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
-    errors = exc.errors()
-    if not errors:
-        return "invalid request", None
-    first = errors[0]
-    if first.get("type") == "json_invalid":
-        return f"Invalid JSON body: {first.get('msg', '')} {first.get('ctx', {}).get('error', '')}".strip(), None
-    loc = [str(part) for part in first.get("loc", ()) if part != "body"]
-    param = ".".join(loc) or None
-    if param is None:  # the body as a whole: absent, or JSON that is not an object
-        return "The request body must be a JSON object (Content-Type: application/json).", None
-    return f"{param}: {first.get('msg', 'invalid value')}", param
-
-
-def install_error_handlers(app: FastAPI) -> None:
-    """Every error leaves the server as ``{"error": {message, type, param, code}}``, never a trace."""
-
-    @app.exception_handler(APIError)
-    async def _api_error(_: Request, exc: APIError) -> JSONResponse:
-        return error_response(exc.status, exc.message, exc.type, exc.param, exc.code)
-
-    @app.exception_handler(ClientDisconnected)
-    async def _client_gone(request: Request, _: ClientDisconnected) -> Response:
-        log.info("client disconnected from %s before the answer; generation cancelled", request.url.path)
-        return Response(status_code=CLIENT_CLOSED_REQUEST)
-
-    @app.exception_handler(RequestValidationError)
-    async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
-        message, param = _validation_message(exc)
-        return error_response(400, message, param=param)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        type_ = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-        return error_response(exc.status_code, str(exc.detail), type_)
-
-    @app.exception_handler(Exception)
-    async def _internal_error(_: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error")
-        return error_response(500, f"internal server error: {type(exc).__name__}", "internal_server_error")
 
 
 # --------------------------------------------------------------------------- the two API styles
@@ -224,11 +160,12 @@ def _prepare(engine: Engine, style: APIStyle, body: SamplingFields) -> tuple[Pre
     """The prompt and its output budget, or a 400 when it is empty or does not fit the context."""
     prompt = style.prepare(engine, body)
     if not prompt.token_ids:
-        raise APIError(400, "The prompt is empty: it has no tokens to continue from.", param="prompt")
+        raise APIError(400, "The prompt is empty: it has no tokens to continue from.", param=style.prompt_param)
     try:
         budget = engine.check_fits(prompt, body.max_tokens)
     except PromptTooLong as exc:
-        param = "messages" if body.max_tokens is None else "max_tokens"
+        # The prompt's fault when it leaves no room for one token; else the requested output's.
+        param = style.prompt_param if len(prompt.token_ids) >= engine.max_model_len else "max_tokens"
         raise APIError(400, str(exc), param=param, code="context_length_exceeded") from None
     return prompt, budget
 
@@ -358,6 +295,8 @@ def create_app(settings: ServerSettings | None = None, engine: Engine | None = N
 
     if settings.api_key:
         app.add_middleware(APIKeyMiddleware, api_key=settings.api_key)
+    # Added last, so outermost: every request's body is bounded before anything else reads it.
+    app.add_middleware(RequestLimits, max_body_bytes=settings.max_body_bytes, body_timeout_s=settings.body_timeout_s)
 
     @app.get("/health")
     async def health(request: Request) -> dict:

@@ -65,6 +65,17 @@ class ServerSettings:
         True, "batched engine: keep linear weights in their plain layout instead of oneDNN's blocked one "
               "(slower decode steps; to measure what packing brings)", flag="--no-prepack-weights")
     api_key: str | None = setting(None, "require 'Authorization: Bearer KEY' on /v1/*")
+    header_timeout_s: float = setting(
+        10.0, "seconds a connection may take to send complete request headers, from its start or from the end of "
+              "the previous answer, before it is closed; 0 = no limit (python -m server only: uvicorn's own command "
+              "line cannot install it) (default: %(default)s)", type=non_negative_float)
+    body_timeout_s: float = setting(
+        30.0, "seconds a request body may take to arrive once its headers are in; later: 408 and the connection "
+              "closed; 0 = no limit (default: %(default)s)", type=non_negative_float)
+    max_body_bytes: int = setting(
+        4 * 2**20, "largest request body in bytes; a larger one gets 413, decided from Content-Length before "
+                   "reading or by counting a chunked body; 0 = no limit (default: %(default)s = 4 MiB)",
+        type=non_negative_int)
     mock_ttft_ms: float = setting(200.0, "mock engine: time to first token in ms (default: %(default)s)",
                                   type=non_negative_float)
     mock_itl_ms: float = setting(20.0, "mock engine: time between tokens in ms (default: %(default)s)",

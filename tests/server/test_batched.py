@@ -343,4 +343,4 @@ def test_cli_rejects_a_batch_cap_below_one(capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["--engine", "batched", "--max-num-seqs", "0"])
     assert exit_info.value.code == 2
-    assert "--max-num-seqs must be at least 1" in capsys.readouterr().err
+    assert "argument --max-num-seqs: '0' is not an integer >= 1" in capsys.readouterr().err

@@ -88,10 +88,14 @@ CASES = [
     Bad("empty-stop", completion(stop=[""]), param="stop"),
     Bad("empty-prompt", completion(prompt=""), param="prompt"),
     # prompt longer than the context
-    Bad("prompt-too-long", completion(prompt=LONG_TEXT, max_tokens=1), param="max_tokens",
+    Bad("prompt-too-long", completion(prompt=LONG_TEXT, max_tokens=1), param="prompt",
+        code="context_length_exceeded"),
+    Bad("prompt-too-long-no-budget", completion(prompt=LONG_TEXT, max_tokens=None), param="prompt",
         code="context_length_exceeded"),
     Bad("chat-too-long", {"messages": [{"role": "user", "content": LONG_TEXT}]}, param="messages",
         code="context_length_exceeded", path="/v1/chat/completions"),
+    Bad("chat-too-long-with-budget", {"messages": [{"role": "user", "content": LONG_TEXT}], "max_tokens": 1},
+        param="messages", code="context_length_exceeded", path="/v1/chat/completions"),
     # unknown model
     Bad("unknown-model", completion(model="no-such-model"), status=404, param="model", code="model_not_found"),
     Bad("chat-unknown-model", chat(model="gpt-4"), status=404, param="model", code="model_not_found",
