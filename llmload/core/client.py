@@ -35,6 +35,10 @@ from llmload.core.wire import (
 )
 
 
+#: Flag of a request whose connection was refused or reset (see :func:`llmload.core.transport.is_unreachable`).
+UNREACHABLE = "unreachable"
+
+
 class RequestTimeout(Exception):
     """Raised by the client's own gevent.Timeout (a distinct class, so no other timeout is mistaken for it)."""
 
@@ -50,28 +54,29 @@ class LLMClient:
         self.timeout = timeout
         self.worker = worker
 
-    def list_first_model(self) -> str:
+    def list_first_model(self, timeout: float | None = None) -> str:
         """The first model id the server lists at ``/v1/models`` (raises TransportError/WireError)."""
-        with gevent.Timeout(self.timeout, RequestTimeout):
+        timeout = timeout or self.timeout
+        with gevent.Timeout(timeout, RequestTimeout):
             try:
                 response = self.transport.send("GET", MODELS_PATH)
                 body, _ = response.read()
                 response.close()
             except RequestTimeout:
-                raise TransportError(f"{MODELS_PATH} did not answer within {self.timeout:g} s") from None
+                raise TransportError(f"{MODELS_PATH} did not answer within {timeout:g} s") from None
         if response.status_code != 200:
             raise WireError(f"{MODELS_PATH}: {http_error_message(response.status_code, body)}")
         return first_model_id(body)
 
-    def failed(self, record: PromptRecord, error: str) -> RequestResult:
+    def failed(self, record: PromptRecord, error: str, flags: list[str] | None = None) -> RequestResult:
         """A RequestResult for a request that could not be sent (e.g. no model to ask for)."""
         return RequestResult(request_id=uuid.uuid4().hex, task=self.task, api=self.params.api,
                              mode=self.params.mode, start_time=time.time(), end_offset=0.0, success=False,
-                             error=error, prompt_id=record.id, worker=self.worker)
+                             error=error, prompt_id=record.id, worker=self.worker, flags=list(flags or ()))
 
-    def generate(self, record: PromptRecord, model: str) -> RequestResult:
-        """Send ``record`` to ``model`` in the configured API style and mode; measure and return the result."""
-        payload = encode_body(build_body(record, self.params, model))
+    def generate(self, record: PromptRecord, model: str, messages: list[dict] | None = None) -> RequestResult:
+        """Send ``record`` (or, for chat, ``messages`` in its place) to ``model``; measure and return the result."""
+        payload = encode_body(build_body(record, self.params, model, messages))
         accept = "text/event-stream" if self.params.stream else "application/json"
         response: LineResponse | None = None
         status = 0
@@ -96,7 +101,7 @@ class LLMClient:
             outcome = Outcome(error=f"timed out after {self.timeout:g} s (--timeout)")
         except TransportError as exc:
             end = time.perf_counter()
-            outcome = Outcome(error=str(exc))
+            outcome = Outcome(error=str(exc), flags=[UNREACHABLE] if exc.unreachable else [])
         finally:
             if response is not None:
                 response.close()

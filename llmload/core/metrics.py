@@ -238,7 +238,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("tokens_per_s", "tok/s per request", "tok/s", "output tokens / E2E, per request",
            lambda m: m.tokens_per_s, headline=("mean",)),
     Metric("dispatch_lag", "dispatch lag", "s", "start_time - intended_start (open loop)",
-           lambda m: m.dispatch_lag, stats=("mean", "p50", "p99", "max"), headline=("p99",)),
+           lambda m: m.dispatch_lag, stats=("mean", "p50", "p99", "max"), headline=("p99",), locust_row=True),
     Metric("e2e_sched", "E2E from schedule", "s", "intended start to the end: E2E + dispatch lag (open loop)",
            lambda m: m.e2e_sched, headline=("p50", "p99")),
     Metric("ttft_sched", "TTFT from schedule", "s", "intended start to the first text chunk (open loop)",
@@ -435,16 +435,18 @@ class LiveStats:
     metric (relative error at most :data:`SKETCH_RELATIVE_ACCURACY`), so memory
     does not grow with the number of requests. Used for everything live (Locust
     rows, the web UI, the end-of-run line); the reports use :func:`summarize` on
-    the raw log.
+    the raw log. Inter-token gaps (one value per token) are left to the reports.
     """
+
+    METRICS = tuple(m for m in METRICS if not m.many)
 
     def __init__(self) -> None:
         self.requests = self.failures = self.tokens = 0
         self.slo_met: int | None = None
         self.first: float | None = None
         self.last: float | None = None
-        self.sketches = {m.name: DDSketch(SKETCH_RELATIVE_ACCURACY) for m in METRICS}
-        self.sums = {m.name: 0.0 for m in METRICS}
+        self.sketches = {m.name: DDSketch(SKETCH_RELATIVE_ACCURACY) for m in self.METRICS}
+        self.sums = {m.name: 0.0 for m in self.METRICS}
         self.maxima: dict[str, float] = {}
 
     def add(self, result: RequestResult, metrics: RequestMetrics | None = None) -> None:
@@ -461,7 +463,7 @@ class LiveStats:
         end = result.start_time + m.e2e
         self.first = result.start_time if self.first is None else min(self.first, result.start_time)
         self.last = end if self.last is None else max(self.last, end)
-        for metric in METRICS:
+        for metric in self.METRICS:
             sketch = self.sketches[metric.name]
             for value in metric.values(m):
                 sketch.add(max(value, 0.0))  # DDSketch keeps non-negative values apart from negatives
@@ -486,8 +488,8 @@ class LiveStats:
                 self.maxima[name] = max(self.maxima.get(name, float("-inf")), other.maxima[name])
 
     def _stat(self, metric: Metric, stat: str) -> float | None:
-        sketch = self.sketches[metric.name]
-        if not sketch.count:
+        sketch = self.sketches.get(metric.name)
+        if sketch is None or not sketch.count:
             return None
         if stat == "mean":
             return self.sums[metric.name] / sketch.count

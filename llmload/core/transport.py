@@ -35,7 +35,26 @@ BASE_HEADERS = {"Accept-Encoding": "identity", "Content-Type": "application/json
 
 
 class TransportError(ConnectionError):
-    """The request could not be sent or its response not read; the message is one line."""
+    """The request could not be sent or its response not read; the message is one line.
+
+    ``unreachable`` is True when the server refused or reset the connection (nobody
+    listening, or it went away): the load generator backs off and counts the outage.
+    """
+
+    def __init__(self, message: str, unreachable: bool = False):
+        super().__init__(message)
+        self.unreachable = unreachable
+
+
+def is_unreachable(exc: BaseException) -> bool:
+    """A refused or reset connection: the server is not there (as opposed to a slow or broken answer)."""
+    return isinstance(exc, (ConnectionRefusedError, ConnectionResetError)) or getattr(exc, "errno", None) in (
+        errno.ECONNREFUSED, errno.ECONNRESET)
+
+
+def transport_error(exc: BaseException, url: str) -> TransportError:
+    """The :class:`TransportError` for a socket/HTTP exception raised while talking to ``url``."""
+    return TransportError(describe_error(exc, url), unreachable=is_unreachable(exc))
 
 
 def describe_error(exc: BaseException, url: str) -> str:
@@ -100,7 +119,7 @@ class LineResponse:
             raise
         except (OSError, HTTPParseError) as exc:
             self.discard()
-            raise TransportError(describe_error(exc, self.url)) from None
+            raise transport_error(exc, self.url) from None
 
     @property
     def complete(self) -> bool:
@@ -153,5 +172,5 @@ class HTTPTransport:
         except gevent.Timeout:
             raise
         except (OSError, HTTPParseError) as exc:
-            raise TransportError(describe_error(exc, url)) from None
+            raise transport_error(exc, url) from None
         return LineResponse(raw, url)

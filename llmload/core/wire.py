@@ -63,11 +63,15 @@ class GenerationParams:
         return self.mode == "stream"
 
 
-def build_body(record: PromptRecord, params: GenerationParams, model: str) -> dict:
-    """The JSON body of one request for ``record`` in ``params``' API style and mode."""
+def build_body(record: PromptRecord, params: GenerationParams, model: str,
+               messages: list[dict] | None = None) -> dict:
+    """The JSON body of one request for ``record`` in ``params``' API style and mode.
+
+    ``messages`` replaces the record's own (a conversation's history so far).
+    """
     body: dict = {"model": model}
     if params.api == "chat":
-        body["messages"] = [dict(m) for m in record.messages]
+        body["messages"] = [dict(m) for m in (messages if messages is not None else record.messages)]
     else:
         body["prompt"] = record.prompt
     body["max_tokens"] = params.max_tokens or record.max_tokens

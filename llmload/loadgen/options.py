@@ -1,112 +1,182 @@
-"""The load generator's command-line options, added to Locust's own parser.
+"""The load generator's options: one declaration each, added to Locust's parser, read back as :class:`LoadSettings`.
 
-Each option also reads a ``LOCUST_LLM_*`` environment variable and a Locust
-config file key of the same name (``mode = sync`` in ``locust.conf``). The
-prefix differs from the server's ``LLMLOAD_*`` so that a server setting such as
-``LLMLOAD_MODEL`` never leaks into the client. In distributed mode the master's
-values are sent to the workers by Locust, so options are given to the master.
+Each option also reads a ``LOCUST_LLM_*`` environment variable and the same
+key in a Locust config file (``mode = sync`` in ``locust.conf``). The prefix
+differs from the server's ``LLMLOAD_*`` so that a server setting such as
+``LLMLOAD_MODEL`` never leaks into the client. In distributed mode the
+master's values are sent to the workers by Locust, so options go to the master.
 """
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from llmload.core.metrics import APIS, MODES
+from llmload.core.cliargs import non_negative_float, non_negative_int, positive_float
+from llmload.core.metrics import APIS, MODES, SLO
 from llmload.core.paths import dataset_path
 from llmload.core.wire import GenerationParams
 
 ENV_PREFIX = "LOCUST_LLM_"
-
-
-def _number(kind, minimum, inclusive: bool, what: str):
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
-        if value < minimum or (not inclusive and value == minimum):
-            raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
-        return value
-    return parse
-
-
-non_negative_int = _number(int, 0, True, "an integer >= 0")
-positive_float = _number(float, 0.0, False, "a number > 0")
-non_negative_float = _number(float, 0.0, True, "a number >= 0")
-
-
-def add_arguments(parser) -> None:
-    """Add the suite's options to Locust's parser (from the ``init_command_line_parser`` event)."""
-
-    def add(flag: str, **kwargs) -> None:
-        # configargparse appends "[env var: ...]" to the help
-        parser.add_argument(flag, env_var=ENV_PREFIX + flag.lstrip("-").replace("-", "_").upper(), **kwargs)
-
-    add("--mode", choices=MODES, default="stream",
-        help="sync: one JSON answer per request; stream: SSE, with TTFT and time per token (default: %(default)s)")
-    add("--api", choices=APIS, default="chat",
-        help="completion (/v1/completions, the record's prompt) or chat (/v1/chat/completions, its messages) "
-             "(default: %(default)s)")
-    add("--model", metavar="ID", default="",
-        help="model id to request (default: the first id the server lists at /v1/models)")
-    add("--max-tokens", metavar="N", type=non_negative_int, default=0,
-        help="output token budget of every request (default 0: each prompt record's own budget)")
-    add("--ignore-eos", action="store_true", default=False,
-        help="ask the server to ignore end-of-sequence so that every request generates --max-tokens tokens")
-    add("--temperature", metavar="T", type=non_negative_float, default=0.0,
-        help="sampling temperature (default: %(default)s)")
-    add("--dataset", metavar="PATH", default="",
-        help="prompt records (JSONL, llmload.core.records) to send (default: datasets/data/<task>.jsonl of the user "
-             "class's task)")
-    add("--requests", metavar="N", type=non_negative_int, default=0,
-        help="stop the run after this many requests in total, over all users and workers (default 0: no limit; "
-             "the run then ends with -t or by hand)")
-    add("--api-key", metavar="KEY", default="", is_secret=True, help="send 'Authorization: Bearer KEY'")
-    add("--timeout", metavar="SECONDS", type=positive_float, default=600.0,
-        help="seconds one request may take in all before it fails as timed out (default: %(default)s)")
-    add("--raw-log", metavar="PATH", default="",
-        help="where to write the per-request raw log (JSONL) when no --csv is given "
-             "(with --csv it is <prefix>_requests.jsonl)")
-    add("--monitor-pid", metavar="PID", type=non_negative_int, default=None, include_in_web_ui=False,
-        help="sample host, client and this server process tree's resources into <prefix>_monitor.csv during the "
-             "test (0: no server process, host and client only)")
-    add("--monitor-interval", metavar="SECONDS", type=positive_float, default=0.5, include_in_web_ui=False,
-        help="seconds between resource samples (default: %(default)s)")
+ARRIVALS = ("constant", "poisson", "gamma")
 
 
 class SettingsError(ValueError):
     """A combination of options that cannot work (the message is one line)."""
 
 
+def slo_type(text: str) -> SLO:
+    """``--slo ttft=500,tpot=50,e2e=4000`` (milliseconds, or with an ``ms``/``s`` suffix)."""
+    try:
+        return SLO.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
+
+
+def duration_s(text: str) -> float:
+    """``90``, ``90s``, ``2m``, ``1.5h``: seconds."""
+    match = _DURATION.match(text.strip().lower())
+    if not match or float(match.group(1)) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (e.g. 30s, 2m, 1h)")
+    return float(match.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[match.group(2)]
+
+
+def stages_type(text: str) -> tuple[tuple[float, int], ...]:
+    """``--stages 30s:4,60s:16``: run 4 users for 30 s, then 16 users for 60 s, then stop."""
+    stages = []
+    for item in (part.strip() for part in text.split(",") if part.strip()):
+        length, sep, users = item.partition(":")
+        try:
+            count = int(users)
+        except ValueError:
+            count = -1
+        if not sep or count < 0:
+            raise argparse.ArgumentTypeError(f"{item!r} is not DURATION:USERS (e.g. 30s:4,60s:16)")
+        stages.append((duration_s(length), count))
+    if not stages:
+        raise argparse.ArgumentTypeError("no stage given: use DURATION:USERS,... (e.g. 30s:4,60s:16)")
+    return tuple(stages)
+
+
+def ramp_type(text: str) -> tuple[tuple[float, int], ...]:
+    """``--ramp 1:32:120s``: users from 1 to 32 in equal steps over 120 s (as stages of about 5 s each)."""
+    parts = text.split(":")
+    try:
+        first, last, length = int(parts[0]), int(parts[1]), duration_s(parts[2])
+        if len(parts) != 3 or first < 0 or last < 0:
+            raise ValueError
+    except (ValueError, IndexError, argparse.ArgumentTypeError):
+        raise argparse.ArgumentTypeError(f"{text!r} is not FROM:TO:DURATION (e.g. 1:32:120s)") from None
+    steps = max(1, min(abs(last - first), int(length // 5) or 1))
+    return tuple((length / steps, round(first + (last - first) * (i + 1) / steps)) for i in range(steps))
+
+
+def _option(flag: str, help: str, **kwargs):
+    """A field of :class:`LoadSettings` that is also a command-line option."""
+    return field(default=kwargs.pop("default"), metadata={"flag": flag, "help": help, **kwargs})
+
+
 @dataclass(frozen=True)
 class LoadSettings:
-    """The options of one run, typed (built from Locust's parsed options)."""
+    """The options of one run, typed; each field with a ``flag`` is a command-line option (the one default)."""
 
-    params: GenerationParams
-    model: str = ""
-    dataset: str = ""
-    requests: int = 0
-    api_key: str = ""
-    timeout: float = 600.0
-    csv_prefix: str = ""
-    raw_log: str = ""
-    monitor_pid: int | None = None
-    monitor_interval: float = 0.5
+    mode: str = _option("--mode", "sync: one JSON answer per request; stream: SSE, with TTFT and time per token",
+                        default="stream", choices=MODES)
+    api: str = _option("--api", "completion (/v1/completions, the record's prompt) or chat (/v1/chat/completions, "
+                       "its messages)", default="chat", choices=APIS)
+    model: str = _option("--model", "model id to request (default: the first id the server lists at /v1/models)",
+                         default="", metavar="ID")
+    max_tokens: int = _option("--max-tokens", "output token budget of every request (0: each prompt record's own "
+                              "budget)", default=0, metavar="N", type=non_negative_int)
+    ignore_eos: bool = _option("--ignore-eos", "ask the server to ignore end-of-sequence so that every request "
+                               "generates --max-tokens tokens", default=False, action="store_true")
+    temperature: float = _option("--temperature", "sampling temperature", default=0.0, metavar="T",
+                                 type=non_negative_float)
+    dataset: str = _option("--dataset", "prompt records (JSONL, llmload.core.records) to send (default: "
+                           "datasets/data/<task>.jsonl of the user class's task)", default="", metavar="PATH")
+    requests: int = _option("--requests", "stop the run after this many requests in total, over all users and "
+                            "workers (0: no limit; the run then ends with -t or by hand)", default=0, metavar="N",
+                            type=non_negative_int)
+    warmup: int = _option("--warmup", "the first N requests (over all workers) are sent but left out of every "
+                          "statistic; the raw log keeps them with warmup: true", default=0, metavar="N",
+                          type=non_negative_int)
+    rate: float = _option("--rate", "open loop: R requests per second in total, over all users and workers, at "
+                          "times drawn from --arrival; -u is then the most requests in flight at once (0: closed "
+                          "loop, each user sends its next request when its answer is complete)", default=0.0,
+                          metavar="R", type=non_negative_float)
+    arrival: str = _option("--arrival", "law of the open loop's inter-arrival times (default: poisson, or gamma when "
+                           "--burstiness is not 1)", default="", choices=ARRIVALS)
+    burstiness: float = _option("--burstiness", "gamma arrivals' shape K: 1 = poisson, < 1 burstier, > 1 more "
+                                "regular", default=1.0, metavar="K", type=positive_float)
+    seed: int = _option("--seed", "seed of the arrival times (the same seed gives the same schedule)", default=0,
+                        metavar="N", type=non_negative_int)
+    slo: SLO | None = _option("--slo", "latency targets, e.g. ttft=500,tpot=50,e2e=4000 (ms; 0.5s and 500ms work "
+                              "too; keys ttft, tpot, e2e, itl): each raw record gains slo_ok, and the stats show SLO "
+                              "attainment and goodput", default=None, metavar="KEY=MS,...", type=slo_type)
+    stages: tuple | None = _option("--stages", "a load shape: DURATION:USERS,... (e.g. 30s:4,60s:16) run in turn, "
+                                   "then the run stops; users start and stop at -r per second",
+                                   default=None, metavar="SPEC", type=stages_type, include_in_web_ui=False)
+    ramp: tuple | None = _option("--ramp", "a load shape: FROM:TO:DURATION users in equal steps (e.g. 1:32:120s), "
+                                 "then the run stops", default=None, metavar="SPEC", type=ramp_type,
+                                 include_in_web_ui=False)
+    api_key: str = _option("--api-key", "send 'Authorization: Bearer KEY'", default="", metavar="KEY",
+                           is_secret=True)
+    timeout: float = _option("--timeout", "seconds one request may take in all before it fails as timed out",
+                             default=600.0, metavar="SECONDS", type=positive_float)
+    model_timeout: float = _option("--model-timeout", "seconds the /v1/models look-up may take (once per process)",
+                                   default=10.0, metavar="SECONDS", type=positive_float)
+    raw_log: str = _option("--raw-log", "where to append the per-request raw log (JSONL) when no --csv is given "
+                           "(with --csv it is <prefix>_requests.jsonl)", default="", metavar="PATH")
+    monitor_pid: int | None = _option("--monitor-pid", "sample host, client and this server process tree's "
+                                      "resources into <prefix>_monitor.csv during the test (0: no server process, "
+                                      "host and client only)", default=None, metavar="PID", type=non_negative_int,
+                                      include_in_web_ui=False)
+    monitor_interval: float = _option("--monitor-interval", "seconds between resource samples", default=0.5,
+                                      metavar="SECONDS", type=positive_float, include_in_web_ui=False)
+    metrics_url: str = _option("--metrics-url", "a server's Prometheus /metrics for the monitor to sample beside "
+                               "its resources (needs --monitor-pid)", default="", metavar="URL",
+                               include_in_web_ui=False)
+    csv_prefix: str = ""  # Locust's own --csv
+
+    @property
+    def params(self) -> GenerationParams:
+        return GenerationParams(api=self.api, mode=self.mode, max_tokens=self.max_tokens or None,
+                                ignore_eos=self.ignore_eos, temperature=self.temperature)
+
+    @property
+    def open_loop(self) -> bool:
+        return self.rate > 0
+
+    @property
+    def arrival_law(self) -> str:
+        return self.arrival or ("gamma" if self.burstiness != 1.0 else "poisson")
+
+    @property
+    def shape(self) -> tuple | None:
+        """The stages of the load shape asked for (--stages or --ramp), or None."""
+        return self.stages or self.ramp
 
     @classmethod
     def from_options(cls, options) -> "LoadSettings":
         """Settings from Locust's ``environment.parsed_options`` (defaults for anything missing)."""
-        get = lambda name, default: getattr(options, name, default) if options is not None else default  # noqa: E731
-        params = GenerationParams(api=get("api", "chat"), mode=get("mode", "stream"),
-                                  max_tokens=get("max_tokens", 0) or None, ignore_eos=bool(get("ignore_eos", False)),
-                                  temperature=float(get("temperature", 0.0)))
-        return cls(params=params, model=get("model", "") or "", dataset=get("dataset", "") or "",
-                   requests=int(get("requests", 0) or 0), api_key=get("api_key", "") or "",
-                   timeout=float(get("timeout", 600.0)), csv_prefix=get("csv_prefix", "") or "",
-                   raw_log=get("raw_log", "") or "", monitor_pid=get("monitor_pid", None),
-                   monitor_interval=float(get("monitor_interval", 0.5)))
+        values = {}
+        for f in fields(cls):
+            value = getattr(options, f.name, None) if options is not None else None
+            convert = f.metadata.get("type")
+            if isinstance(value, str) and convert is not None:  # a value typed into the web UI's form
+                try:
+                    value = convert(value) if value.strip() else None
+                except argparse.ArgumentTypeError as exc:
+                    raise SettingsError(f"{f.metadata['flag']}: {exc}") from None
+            if value is not None:
+                values[f.name] = value
+        values["csv_prefix"] = values.get("csv_prefix") or ""
+        return cls(**values)
 
     def dataset_for(self, task: str) -> Path:
         """The prompt file of ``task``: ``--dataset`` or the task's built default."""
@@ -119,19 +189,53 @@ class LoadSettings:
             return Path(f"{self.csv_prefix}_requests.jsonl")
         return Path(self.raw_log) if self.raw_log else None
 
-    @property
-    def monitor_path(self) -> Path | None:
-        """``<csv prefix>_monitor.csv`` (or beside the raw log); None when there is nowhere to write."""
+    def _beside_raw_log(self, suffix: str) -> Path | None:
         if self.csv_prefix:
-            return Path(f"{self.csv_prefix}_monitor.csv")
+            return Path(f"{self.csv_prefix}{suffix}")
         raw = self.raw_log_path
         if raw is None:
             return None
         stem = raw.name[: -len("_requests.jsonl")] if raw.name.endswith("_requests.jsonl") else raw.stem
-        return raw.with_name(f"{stem}_monitor.csv")
+        return raw.with_name(f"{stem}{suffix}")
+
+    @property
+    def monitor_path(self) -> Path | None:
+        """``<csv prefix>_monitor.csv`` (or beside the raw log); None when there is nowhere to write."""
+        return self._beside_raw_log("_monitor.csv")
+
+    @property
+    def summary_path(self) -> Path | None:
+        """``<csv prefix>_summary.json`` (or beside the raw log): the end-of-run summary as JSON."""
+        return self._beside_raw_log("_summary.json")
 
     def check(self) -> None:
         """Raise :class:`SettingsError` for options that contradict each other."""
         if self.monitor_pid is not None and self.monitor_path is None:
             raise SettingsError("--monitor-pid needs --csv PREFIX or --raw-log PATH (to know where to write "
                                 "the monitor CSV)")
+        if self.metrics_url and self.monitor_pid is None:
+            raise SettingsError("--metrics-url needs --monitor-pid (the monitor samples it)")
+        if self.requests and self.warmup >= self.requests:
+            raise SettingsError(f"--warmup {self.warmup} must be smaller than --requests {self.requests} (the "
+                                f"warm-up requests are part of --requests)")
+        if not self.open_loop and (self.arrival or self.burstiness != 1.0):
+            raise SettingsError("--arrival and --burstiness shape an open loop: give --rate R too")
+        if self.arrival in ("constant", "poisson") and self.burstiness != 1.0:
+            raise SettingsError(f"--burstiness applies to --arrival gamma (poisson is gamma with K = 1), "
+                                f"not to --arrival {self.arrival}")
+        if self.stages and self.ramp:
+            raise SettingsError("--stages and --ramp are two load shapes: give one")
+
+
+def add_arguments(parser) -> None:
+    """Add the suite's options to Locust's parser (from the ``init_command_line_parser`` event)."""
+    for f in fields(LoadSettings):
+        meta = dict(f.metadata)
+        if "flag" not in meta:
+            continue
+        flag, text = meta.pop("flag"), meta.pop("help")
+        if f.default not in (None, "", False) and not isinstance(f.default, tuple):
+            text += " (default: %(default)s)"
+        # configargparse appends "[env var: ...]" to the help
+        parser.add_argument(flag, dest=f.name, default=f.default, help=text,
+                           env_var=ENV_PREFIX + flag.lstrip("-").replace("-", "_").upper(), **meta)

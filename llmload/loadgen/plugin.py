@@ -1,39 +1,27 @@
-"""The Locust integration: options, stats rows, the raw log, ``--requests``, distributed mode, the monitor.
+"""The Locust integration: options, tickets, results into Locust's stats, the raw log, live figures, faults.
 
 Importing this module registers its listeners on ``locust.events`` (the
 locustfiles import it through :mod:`llmload.loadgen.user`). One
 :class:`LoadPlugin` per Locust environment holds the run's state.
 
-How results reach Locust's statistics
--------------------------------------
-* The request row (``POST  chat /v1/chat/completions``): one ``request`` event
-  per request, fired here with ``response_time`` = the true E2E from
-  :func:`llmload.core.metrics.request_metrics` (Locust itself would stop the clock at
-  the response headers when streaming) and ``response_length`` = output tokens.
-  Failures carry a :class:`RequestFailure` whose text is the one-line error.
-* The ``METRIC`` rows (``chat TTFT``, ``chat TPOT``, in ms): logged straight into
-  their :class:`locust.stats.StatsEntry` with ``environment.stats.get(name,
-  "METRIC").log(...)``. ``RequestStats.log_request`` (the ``request`` event's
-  path) would also add every sample to the Aggregated total, doubling or tripling
-  the request count and RPS that Locust's charts plot; ``StatsEntry.log`` does
-  not. The rows still travel to the master with the workers' stats (Locust sends
-  entries and the total separately), and they appear in the console table,
-  ``*_stats.csv``, the HTML report and the web UI's statistics tab, while the
-  Aggregated row counts real requests only.
+Where results go: every :class:`~llmload.core.metrics.RequestResult` is
+*collected* once, where the raw log is written (standalone, or the master: a
+worker sends each result as an ``llmload_result`` message and logs nothing
+itself). Collecting appends it to the raw log, counts it in the live figures
+(:class:`~llmload.loadgen.live.LiveBoard`) and logs it into Locust's stats: the
+request row (``POST chat /v1/chat/completions``) with the true E2E as its
+response time and the output tokens as its length, and one ``METRIC`` row per
+catalogue metric marked ``locust_row`` (``chat TTFT``, ``chat TPOT``,
+``chat dispatch lag``, in ms) plus ``chat SLO ...`` whose failures are the
+requests that missed it. ``METRIC`` rows are logged straight into their
+``StatsEntry``, so the Aggregated row counts real requests only. So the raw
+log and Locust's stats agree by construction, however many workers come and go.
 
-The raw log and ``--requests``
-------------------------------
-Every :class:`~llmload.core.metrics.RequestResult` goes to the process that writes
-the raw log: kept in memory when standalone, sent to the master as a custom
-message (``llmload_result``) by a worker. ``--requests N`` is a budget of N
-tickets held by that same process; a worker asks the master for a ticket
-before each request (``llmload_ticket``), so the total is exactly N however the
-users are spread over workers. When the N-th result arrives the run stops
-(quits when headless). The raw log, ``<csv prefix>_requests.jsonl`` or
-``--raw-log``, is written at ``test_stop`` and rewritten at ``quit``, when the
-workers' final reports have arrived; Locust's ``*_stats.csv`` and
-``*_failures.csv`` are rewritten then too, since Locust's own writer only
-refreshes them once a second and never after the last samples.
+Tickets (:mod:`llmload.loadgen.budget`) number the requests for ``--requests``,
+``--warmup`` and ``--rate``; a worker asks the master for one before each
+request (``llmload_ticket``). When a worker disappears, the master records its
+requests in flight as lost and returns their tickets, so the run still ends
+by ``--requests``.
 """
 
 from __future__ import annotations
@@ -41,27 +29,33 @@ from __future__ import annotations
 import csv
 import gc
 import itertools
+import json
 import logging
 import os
 import random
+import signal
+import tempfile
+import time
 import uuid
 import weakref
-from dataclasses import asdict
 from pathlib import Path
 
 import gevent
 from gevent.event import AsyncResult
-from gevent.lock import Semaphore
 
 import locust
-from locust.runners import MasterRunner, WorkerRunner
+from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
 from locust.stats import PERCENTILES_TO_REPORT, StatsCSV
 
-from llmload.core.metrics import RequestResult, request_metrics, summarize, write_results
+from llmload.core.metrics import METRICS, RequestMetrics, RequestResult, request_metrics
+from llmload.core.rawlog import RawLogWriter
 from llmload.core.records import DatasetError, PromptRecord, load_prompts
-from llmload.loadgen.options import LoadSettings, SettingsError, add_arguments
 from llmload.core.transport import TransportError
 from llmload.core.wire import WireError
+from llmload.loadgen.budget import Budget, Ticket
+from llmload.loadgen.live import LiveBoard, finite
+from llmload.loadgen.options import LoadSettings, SettingsError, add_arguments
+from llmload.loadgen.schedule import Schedule
 
 log = logging.getLogger("llmload")
 
@@ -70,6 +64,11 @@ MSG_TICKET = "llmload_ticket"
 MSG_TICKET_REPLY = "llmload_ticket_reply"
 MSG_RESULT = "llmload_result"
 TICKET_WAIT_S = 60.0
+#: The dispatch lag (p99 over the last seconds) past which the load generator says it fell behind.
+LAG_WARN_MS = 5.0
+#: A run in which nothing answered for this long from its first request stops with one line.
+NO_SERVER_S = 10.0
+LOST = "lost"
 
 
 class RequestFailure(Exception):
@@ -79,32 +78,38 @@ class RequestFailure(Exception):
         return str(self.args[0]) if self.args else "request failed"
 
 
-def metric_row_names(task: str) -> tuple[str, str]:
-    """Names of the TTFT and TPOT rows of ``task`` (request type :data:`METRIC_TYPE`)."""
-    return f"{task} TTFT", f"{task} TPOT"
-
-
 def request_row_name(task: str, path: str) -> str:
     """Name of the request row of ``task`` (request type ``POST``)."""
     return f"{task} {path}"
 
 
+def metric_row_name(task: str, title: str) -> str:
+    """Name of a ``METRIC`` row: ``chat TTFT``."""
+    return f"{task} {title}"
+
+
 class LoadPlugin:
-    """The state of one Locust environment: settings, prompts, model, budget and collected results."""
+    """The state of one Locust environment: settings, prompts, model, tickets, live figures, raw log."""
 
     def __init__(self, environment):
         self.environment = environment
         self.settings = LoadSettings.from_options(environment.parsed_options)
-        self.results: list[RequestResult] = []  # master / standalone: this test's results
-        self.issued = 0
+        self.board = LiveBoard()
+        self.raw_log: RawLogWriter | None = None
+        self.budget: Budget | None = None
+        self.completed = 0  # results that count toward --requests (warm-up included, lost ones not)
         self.finishing = False
-        self.model: str | None = None
-        self._model_lock = Semaphore()
+        self.lag_warned = False
+        self._model = AsyncResult()
+        self._model_lookup: gevent.Greenlet | None = None
         self._prompts: dict[Path, list[PromptRecord]] = {}
         self._cursors: dict[str, itertools.count] = {}
         self._pending: dict[str, AsyncResult] = {}
         self._monitor = None
+        self._greenlets: list[gevent.Greenlet] = []
         self._registered = False
+        self._first_result_at: float | None = None
+        self._successes = 0
 
     # ------------------------------------------------------------------ roles
 
@@ -128,21 +133,31 @@ class LoadPlugin:
     # ------------------------------------------------------------------ lifecycle
 
     def on_init(self) -> None:
-        """Check the options, fail fast on a missing prompt file, register messages and the web UI tab."""
+        """Check the options, the host and the prompt files; register messages, the web UI and the load shape."""
         self.settings.check()
         if not self.is_worker:  # a worker's options (and so its --dataset) arrive from the master later
+            if not self.environment.host and not any(getattr(c, "host", None) for c in self.user_classes()):
+                raise SettingsError("no server to load: pass -H http://host:port (or set host = ... in locust.conf)")
             for task in self.tasks():
                 self.prompts(task)
+            if self.settings.api != "chat" and any(getattr(c, "needs_chat", False) for c in self.user_classes()):
+                raise SettingsError("conversations carry their history as chat messages: use --api chat")
         self.register_messages()
+        if self.settings.shape and not self.is_worker:
+            from llmload.loadgen.shapes import install_shape  # imports locust's shape machinery only when asked
+
+            install_shape(self.environment, self.settings.shape)
         if getattr(self.environment, "web_ui", None) is not None:
-            from llmload.loadgen.webui import install
+            from llmload.loadgen.webui import install  # flask: only with the web UI
 
             install(self.environment, self)
 
+    def user_classes(self) -> list:
+        return list(self.environment.user_classes or [])
+
     def tasks(self) -> list[str]:
         """The tasks of the selected user classes."""
-        classes = self.environment.user_classes or []
-        return sorted({c.task_name for c in classes if getattr(c, "task_name", "")})
+        return sorted({c.task_name for c in self.user_classes() if getattr(c, "task_name", "")})
 
     def register_messages(self) -> None:
         if self._registered or self.runner is None:
@@ -157,31 +172,73 @@ class LoadPlugin:
     def on_test_start(self) -> None:
         # Workers get the master's options just before test_start: read them again.
         self.settings = LoadSettings.from_options(self.environment.parsed_options)
-        self.results, self.issued, self.finishing, self.model = [], 0, False, None
-        if not self.is_worker:
-            self.start_monitor()
+        self.completed, self.finishing, self.lag_warned = 0, False, False
+        self._first_result_at, self._successes = None, 0
+        # SIGTERM does what Ctrl-C does (one orderly shutdown), instead of Locust's handler, which exits twice.
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+        if self.is_worker:
+            return
+        self.board = LiveBoard()
+        schedule = Schedule(self.settings.rate, self.settings.arrival_law, self.settings.burstiness,
+                            self.settings.seed) if self.settings.open_loop else None
+        self.budget = Budget(self.settings.requests, self.settings.warmup, schedule)
+        path = self.settings.raw_log_path or self._web_ui_raw_log()
+        if path is not None:
+            if self.raw_log is not None:
+                self.raw_log.close()
+            self.raw_log = RawLogWriter(path)
+        self.start_monitor()
+        self._spawn(self._tick)
 
     def on_test_stop(self) -> None:
-        if not self.is_worker:
-            self.write_raw_log()
-            self.stop_monitor()
+        for greenlet in self._greenlets:
+            greenlet.kill(block=False)
+        self._greenlets = []
+        if self.is_worker:
+            return
+        if self.raw_log is not None:
+            self.raw_log.flush()
+        self.stop_monitor()
+        self.write_summary()
+        self._check_no_server()
 
     def on_quit(self) -> None:
         if self.is_worker:
             return
         self.stop_monitor()
-        path = self.write_raw_log()
         if self.settings.csv_prefix:
             stop_locust_csv_writer()
             self.write_final_csv()
-        if self.results:
-            s = summarize(self.results)
-            ttft = f", TTFT p50 {s.get('ttft', 'p50') * 1000:.1f} ms" if s.get("ttft", "p50") is not None else ""
-            tpot = f", TPOT mean {s.get('tpot', 'mean') * 1000:.2f} ms" if s.get("tpot", "mean") is not None else ""
-            e2e = f", E2E p50 {s.get('e2e', 'p50') * 1000:.1f} ms" if s.get("e2e", "p50") is not None else ""
-            log.info(f"llmload: {s.requests} requests, {s.failures} failed{e2e}{ttft}{tpot}, "
-                     f"{s.request_throughput:.2f} req/s, {s.output_token_throughput:.1f} output tok/s"
-                     + (f"; raw log {path}" if path else ""))
+        summary = self.board.total()
+        path = self.raw_log.path if self.raw_log is not None else None
+        if self.raw_log is not None:
+            self.raw_log.close()
+        if summary.requests:
+            log.info("llmload: " + summary.line() + self._unreachable_text() + (f"; raw log {path}" if path else ""))
+        self._warn_if_behind(final=True)
+
+    def _web_ui_raw_log(self) -> Path | None:
+        """With the web UI and no --csv/--raw-log: a temporary raw log, so that the UI's download works."""
+        if getattr(self.environment, "web_ui", None) is None:
+            return None
+        path = Path(tempfile.gettempdir()) / f"llmload-{os.getpid()}_requests.jsonl"
+        log.info(f"llmload: raw log {path} (give --csv PREFIX or --raw-log PATH to keep it elsewhere)")
+        return path
+
+    def _spawn(self, function, *args) -> None:
+        self._greenlets.append(gevent.spawn(function, *args))
+
+    def _tick(self) -> None:
+        """Once a second: flush the raw log, keep a point of history, watch for lost workers and lag."""
+        while True:
+            gevent.sleep(1.0)
+            if self.raw_log is not None:
+                self.raw_log.flush()
+            self.board.snapshot(users=getattr(self.runner, "user_count", 0))
+            if self.is_master:
+                self._return_lost_tickets()
+            self._warn_if_behind()
+            self._check_no_server()
 
     # ------------------------------------------------------------------ prompts and model
 
@@ -200,89 +257,156 @@ class LoadPlugin:
             self._cursors[task] = itertools.count(start)
         return records[next(self._cursors[task]) % len(records)]
 
-    def resolve_model(self, client) -> tuple[str, str]:
-        """``(model, "")`` from ``--model`` or the server's first listed model; ``("", error)`` if unavailable."""
+    def resolve_model(self, client) -> tuple[str, str, bool]:
+        """``(model, error, unreachable)``: ``--model``, or the server's first listed model, looked up once per
+        process with ``--model-timeout`` (every user waits for the same look-up; a failed one is retried)."""
         if self.settings.model:
-            return self.settings.model, ""
-        with self._model_lock:
-            if self.model is None:
-                try:
-                    self.model = client.list_first_model()
-                    log.info(f"llmload: using model {self.model!r} (the first listed at /v1/models)")
-                except (TransportError, WireError) as exc:
-                    return "", f"cannot find the model to use: {exc} (pass --model to skip the lookup)"
-            return self.model, ""
+            return self.settings.model, "", False
+        if not self._model.ready() and self._model_lookup is None:
+            self._model_lookup = gevent.spawn(self._look_up_model, client)
+        try:
+            model = self._model.get(timeout=self.settings.model_timeout + 1.0)
+        except gevent.Timeout:
+            return "", f"cannot find the model to use: /v1/models did not answer within " \
+                       f"{self.settings.model_timeout:g} s (pass --model to skip the look-up)", False
+        except (TransportError, WireError) as exc:
+            return "", f"cannot find the model to use: {exc} (pass --model to skip the look-up)", \
+                getattr(exc, "unreachable", False)
+        return model, "", False
 
-    # ------------------------------------------------------------------ the --requests budget
+    def _look_up_model(self, client) -> None:
+        try:
+            model = client.list_first_model(self.settings.model_timeout)
+        except (TransportError, WireError) as exc:
+            failed, self._model = self._model, AsyncResult()
+            self._model_lookup = None  # the next user tries again
+            failed.set_exception(exc)
+            return
+        log.info(f"llmload: using model {model!r} (the first listed at /v1/models)")
+        self._model.set(model)
 
-    def acquire(self) -> bool:
-        """One request may be sent (always True without ``--requests``)."""
-        if not self.settings.requests:
-            return True
+    # ------------------------------------------------------------------ tickets
+
+    @property
+    def needs_tickets(self) -> bool:
+        s = self.settings
+        return bool(s.requests or s.warmup or s.open_loop)
+
+    def acquire(self, scheduled: bool = True) -> Ticket | None:
+        """A ticket for one request, or None once ``--requests`` is used up (``scheduled``: see Budget.take)."""
+        if not self.needs_tickets:
+            return Ticket(-1)
         if not self.is_worker:
-            return self._take()
+            return self.budget.take("", scheduled) if self.budget is not None else None
         ask = uuid.uuid4().hex
         answer = AsyncResult()
         self._pending[ask] = answer
         try:
-            self.runner.send_message(MSG_TICKET, {"ask": ask})
-            return bool(answer.get(timeout=TICKET_WAIT_S))
+            self.runner.send_message(MSG_TICKET, {"ask": ask, "scheduled": scheduled})
+            data = answer.get(timeout=TICKET_WAIT_S)
+            return Ticket(**data) if data else None
         except gevent.Timeout:
             log.warning(f"llmload: no answer from the master about the request budget in {TICKET_WAIT_S:.0f} s")
-            return False
+            return None
         finally:
             self._pending.pop(ask, None)
 
-    def _take(self) -> bool:
-        if self.issued >= self.settings.requests:
-            return False
-        self.issued += 1
-        return True
-
     def _on_ticket(self, environment, msg, **_kw) -> None:
-        self.runner.send_message(MSG_TICKET_REPLY, {"ask": msg.data["ask"], "granted": self._take()},
+        scheduled = msg.data.get("scheduled", True)
+        ticket = self.budget.take(msg.node_id, scheduled) if self.budget is not None else None
+        self.runner.send_message(MSG_TICKET_REPLY, {"ask": msg.data["ask"],
+                                                    "ticket": ticket.to_dict() if ticket else None},
                                  client_id=msg.node_id)
 
     def _on_ticket_reply(self, environment, msg, **_kw) -> None:
         answer = self._pending.get(msg.data["ask"])
         if answer is not None:
-            answer.set(msg.data["granted"])
+            answer.set(msg.data["ticket"])
+
+    def _return_lost_tickets(self) -> None:
+        """Workers that went missing: record their requests in flight as lost and give their tickets back."""
+        if self.budget is None:
+            return
+        clients = self.runner.clients
+        for node in [n for n in self.budget.held if n]:
+            worker = clients.get(node)
+            if worker is not None and worker.state != STATE_MISSING:
+                continue
+            count = self.budget.lose(node)
+            if not count:
+                continue
+            log.warning(f"llmload: worker {node} was lost with {count} request(s) in flight: recorded as lost, "
+                        "their tickets returned to the other workers")
+            for _ in range(count):
+                self.collect(RequestResult(
+                    request_id=uuid.uuid4().hex, task=",".join(self.tasks()) or "?", api=self.settings.api,
+                    mode=self.settings.mode, start_time=time.time(), end_offset=0.0, success=False,
+                    error=f"lost: worker {node} disappeared before its answer arrived", worker=node,
+                    flags=[LOST]), node=None)
 
     # ------------------------------------------------------------------ results
 
-    def report(self, result: RequestResult, context: dict | None = None, url: str = "") -> None:
-        """Record one result: Locust's request row and METRIC rows here, the raw record where the log is kept."""
-        metrics = request_metrics(result)
-        params = self.settings.params
-        self.environment.events.request.fire(
-            request_type="POST", name=request_row_name(result.task, params.path),
-            response_time=(metrics.e2e if result.success else result.end_offset) * 1000.0,
-            response_length=metrics.output_tokens, exception=None if result.success else RequestFailure(result.error),
-            context=context or {}, start_time=result.start_time, url=url, response=None)
-        if result.success:
-            ttft_row, tpot_row = metric_row_names(result.task)
-            if metrics.ttft is not None:
-                self.environment.stats.get(ttft_row, METRIC_TYPE).log(metrics.ttft * 1000.0, metrics.output_tokens)
-            if metrics.tpot is not None:
-                self.environment.stats.get(tpot_row, METRIC_TYPE).log(metrics.tpot * 1000.0, metrics.output_tokens)
+    def report(self, result: RequestResult) -> None:
+        """A user's result: sent to the master from a worker, collected here otherwise."""
         if self.is_worker:
-            self.runner.send_message(MSG_RESULT, asdict(result))
+            self.runner.send_message(MSG_RESULT, result.__dict__)
         else:
-            self.collect(result)
+            self.collect(result, node="")
 
     def _on_result(self, environment, msg, **_kw) -> None:
-        self.collect(RequestResult.from_dict(msg.data))
+        self.collect(RequestResult.from_dict(msg.data), node=msg.node_id)
 
-    def collect(self, result: RequestResult) -> None:
-        """Keep a result for the raw log; stop the run once ``--requests`` results are in."""
-        self.results.append(result)
-        if self.settings.requests and len(self.results) >= self.settings.requests and not self.finishing:
+    def collect(self, result: RequestResult, node: str | None) -> None:
+        """Count one result everywhere (raw log, live figures, Locust's stats); stop once ``--requests`` are in.
+
+        ``node`` is the worker whose ticket it used ('' standalone; None for a lost request, whose ticket was
+        already returned).
+        """
+        metrics = request_metrics(result)
+        if self.settings.slo is not None:
+            result.slo_ok = self.settings.slo.met(result, metrics)
+        if self.raw_log is not None:
+            self.raw_log.write(result)
+        self.board.add(result, metrics)
+        if not result.warmup:
+            self._log_stats(result, metrics)
+        if result.success:
+            self._successes += 1
+        elif self._first_result_at is None:
+            self._first_result_at = time.time()
+        if node is None:
+            return
+        if self.budget is not None and self.needs_tickets:
+            self.budget.done(node)
+        self.completed += 1
+        if self.settings.requests and self.completed >= self.settings.requests and not self.finishing:
             self.finishing = True
-            gevent.spawn(self._finish)
+            gevent.spawn(self._finish, f"{self.completed} requests done (--requests {self.settings.requests})")
 
-    def _finish(self) -> None:
+    def _log_stats(self, result: RequestResult, metrics: RequestMetrics) -> None:
+        stats = self.environment.stats
+        self.environment.events.request.fire(
+            request_type="POST", name=request_row_name(result.task, self.settings.params.path),
+            response_time=(metrics.e2e if result.success else result.end_offset) * 1000.0,
+            response_length=metrics.output_tokens, exception=None if result.success else RequestFailure(result.error),
+            context={}, start_time=result.start_time, url="", response=None)
+        if not result.success:
+            return
+        for metric in METRICS:
+            if metric.locust_row:
+                value = metric.value(metrics)
+                if value is not None:
+                    stats.get(metric_row_name(result.task, metric.title), METRIC_TYPE).log(
+                        value * metric.scale, metrics.output_tokens)
+        if result.slo_ok is not None:
+            entry = stats.get(metric_row_name(result.task, f"SLO {self.settings.slo.describe()}"), METRIC_TYPE)
+            entry.log(metrics.e2e * 1000.0, metrics.output_tokens)
+            if not result.slo_ok:
+                entry.log_error(None)
+
+    def _finish(self, why: str) -> None:
         options = self.environment.parsed_options
-        log.info(f"llmload: {len(self.results)} requests done (--requests {self.settings.requests}), stopping")
+        log.info(f"llmload: {why}, stopping")
         if options is not None and getattr(options, "headless", False):
             self.runner.quit()
             return
@@ -294,21 +418,74 @@ class LoadPlugin:
             if self.environment.web_ui is not None:
                 self.environment.web_ui.stop()
 
-    # ------------------------------------------------------------------ files
+    # ------------------------------------------------------------------ what the run says
 
-    def write_raw_log(self) -> Path | None:
-        """Write every result of the test to the raw log (atomically); its path, or None when not asked for."""
-        path = self.settings.raw_log_path
+    def _warn_if_behind(self, final: bool = False) -> None:
+        """One warning line, the first time the dispatch lag passes LAG_WARN_MS (or at the end, over the run)."""
+        if self.lag_warned or not self.settings.open_loop:
+            return
+        if final:
+            lag, where = self.board.total().get("dispatch_lag", "p99"), "over the run"
+            lag = None if lag is None else lag * 1000.0
+        else:
+            lag, where = self.board.window().get("dispatch_lag_p99_ms"), "over the last seconds"
+        if lag is None or lag <= LAG_WARN_MS:
+            return
+        self.lag_warned = True
+        late = self.budget.late if self.budget is not None else 0
+        users = getattr(self.environment.parsed_options, "num_users", None)
+        log.warning(f"llmload: warning: the load generator fell behind its schedule: dispatch lag p99 {lag:.1f} ms "
+                    f"{where}; {late} request(s) were due while all {users} users (-u) were busy: raise -u, or "
+                    "add workers if the client's CPU is saturated")
+
+    def _unreachable_text(self) -> str:
+        down = self.board.unreachable_so_far()
+        return f"; the server was unreachable for {down:.1f} s" if down >= 0.05 else ""
+
+    def _check_no_server(self) -> None:
+        """Stop a run in which the server refused every request for NO_SERVER_S, with one line saying what to do."""
+        if self.finishing or self._successes or self._first_result_at is None:
+            return
+        if time.time() - self._first_result_at < NO_SERVER_S and self.runner.state not in ("stopping", "stopped"):
+            return
+        down = self.board.unreachable_so_far()
+        if down <= 0:
+            return
+        host = self.environment.host or "the host"
+        log.error(f"error: no server answered at {host} (connection refused): start it first (python -m server "
+                  "--port 8000, or python -m server.vllm_launcher), or point -H at it")
+        self.environment.process_exit_code = 2
+        if not self.finishing:
+            self.finishing = True
+            gevent.spawn(self._finish, "no server")
+
+    def write_summary(self) -> Path | None:
+        """Write ``<prefix>_summary.json``: the run's figures, so scripts need not parse the summary line."""
+        path = self.settings.summary_path
         if path is None:
             return None
-        write_results(path, self.results)
+        total = self.board.total()
+        data = {"summary": {k: finite(v) if isinstance(v, float) else v for k, v in total.flat().items()},
+                "per_task": {task: {k: finite(v) if isinstance(v, float) else v for k, v in s.flat().items()}
+                             for task, s in self.board.summaries().items()},
+                "line": total.line(), "exact": False, "unreachable_s": round(self.board.unreachable_so_far(), 3),
+                "late_requests": self.budget.late if self.budget is not None else 0,
+                "lag_warning": self.lag_warned,
+                "settings": {"mode": self.settings.mode, "api": self.settings.api, "rate": self.settings.rate,
+                             "arrival": self.settings.arrival_law if self.settings.open_loop else None,
+                             "requests": self.settings.requests, "warmup": self.settings.warmup,
+                             "slo": self.settings.slo.to_dict() if self.settings.slo else None,
+                             "users": getattr(self.environment.parsed_options, "num_users", None)},
+                "raw_log": str(self.raw_log.path) if self.raw_log is not None else None}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+        tmp.replace(path)
         return path
 
     def write_final_csv(self) -> None:
-        """Rewrite Locust's ``*_stats.csv`` and ``*_failures.csv`` from the final statistics."""
+        """Rewrite Locust's ``*_stats.csv`` and ``*_failures.csv`` from the final statistics (one row per name)."""
         prefix = self.settings.csv_prefix
-        if not prefix:
-            return
         writer = StatsCSV(self.environment, PERCENTILES_TO_REPORT)
         for suffix, write in (("_stats.csv", writer.requests_csv), ("_failures.csv", writer.failures_csv)):
             path = Path(prefix + suffix)
@@ -323,16 +500,17 @@ class LoadPlugin:
     def start_monitor(self) -> None:
         if self.settings.monitor_pid is None or self._monitor is not None:
             return
-        path = self.settings.monitor_path
         try:
-            from monitors.sampler import start_monitor
+            from monitors.sampler import start_monitor  # psutil and a subprocess: only with --monitor-pid
         except ImportError as exc:
             log.error(f"llmload: --monitor-pid given but the resource monitor is not available ({exc}); "
                       "running without it")
             return
+        kwargs = {"metrics_url": self.settings.metrics_url} if self.settings.metrics_url else {}
         try:
-            self._monitor = start_monitor(str(path), server_pid=self.settings.monitor_pid or None,
-                                          interval=self.settings.monitor_interval)
+            self._monitor = start_monitor(str(self.settings.monitor_path),
+                                          server_pid=self.settings.monitor_pid or None,
+                                          interval=self.settings.monitor_interval, **kwargs)
         except Exception as exc:  # the load test goes on without resource figures
             log.error(f"llmload: cannot start the resource monitor: {type(exc).__name__}: {exc}")
 

@@ -1,37 +1,50 @@
-"""The abstract Locust user every locustfile derives from: one task, ``task_name``, picks the prompts.
+"""The abstract Locust users every locustfile derives from: one task each, ``task_name`` picks the prompts.
 
     from llmload.loadgen.user import LLMUser
 
     class ChatUser(LLMUser):
         task_name = "chat"
 
-Each user is a closed loop: it sends one request, waits for the whole answer,
-and sends the next (no think time), so ``-u N`` is the number of requests in
-flight. The request goes out through the user's ``FastHttpUser`` connection
-pool but is read by :mod:`llmload.core.transport` line by line, and it is
-reported by :mod:`llmload.loadgen.plugin` (true E2E, TTFT and TPOT rows, raw log).
+Closed loop (no ``--rate``): each user sends one request, waits for the whole
+answer and sends the next, so ``-u N`` is the number of requests in flight.
+Open loop (``--rate R``): each free user takes the next ticket, waits until its
+intended start and sends it, so requests go out on the schedule whatever the
+server does, and ``-u`` bounds how many are in flight. Requests go out through
+the user's ``FastHttpUser`` connection pool and are read by
+:mod:`llmload.core.transport` line by line; results go to
+:mod:`llmload.loadgen.plugin`. A refused or reset connection makes the user
+back off (doubling up to :data:`BACKOFF_MAX_S`) before it tries again.
+
+:class:`ConversationUser` plays multi-turn conversations (records with
+``turns``): it sends each user turn with the whole history so far, the
+assistant turns being the server's own earlier answers.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 
 import gevent
 from locust import FastHttpUser, task
 
-from llmload.core.client import LLMClient
-from llmload.core.records import DatasetError
-from llmload.loadgen.plugin import plugin_for
+from llmload.core.client import UNREACHABLE, LLMClient
+from llmload.core.metrics import RequestResult
+from llmload.core.records import DatasetError, PromptRecord
 from llmload.core.transport import HTTPTransport
+from llmload.loadgen.budget import Ticket
+from llmload.loadgen.plugin import plugin_for
 
 log = logging.getLogger("llmload")
 
 #: Seconds an idle user waits once ``--requests`` is used up (the run stops long before).
 IDLE_WAIT_S = 3600.0
+BACKOFF_FIRST_S = 0.05
+BACKOFF_MAX_S = 1.0
 
 
 class LLMUser(FastHttpUser):
-    """Sends the prompts of :attr:`task_name` to an OpenAI-compatible server, one request at a time."""
+    """Sends the prompts of :attr:`task_name` to an OpenAI-compatible server."""
 
     abstract = True
     #: The task whose prompt file (``datasets/data/<task_name>.jsonl`` unless ``--dataset``) is sent.
@@ -48,6 +61,7 @@ class LLMUser(FastHttpUser):
         self.llm = LLMClient(transport, settings.params, self.task_name, timeout=settings.timeout,
                              worker=self.plugin.node_name)
         self.exhausted = False
+        self.backoff = 0.0
 
     def wait_time(self) -> float:
         """No think time; once the budget is used up, wait (Locust stops waiting users at once)."""
@@ -55,8 +69,9 @@ class LLMUser(FastHttpUser):
 
     @task
     def generate(self) -> None:
-        """Send the next prompt and report what came back (failures included)."""
-        if not self.plugin.acquire():
+        """Take a ticket, wait until it is due (open loop), send the next prompt and report what came back."""
+        ticket = self.plugin.acquire()
+        if ticket is None:
             # --requests used up. Not StopUser: Locust logs an error for every self-stopped user when the
             # run stops; a waiting user is simply stopped with the others.
             self.exhausted = True
@@ -67,10 +82,61 @@ class LLMUser(FastHttpUser):
             log.error(f"llmload: {exc}")
             self.exhausted = True
             return
-        model, error = self.plugin.resolve_model(self.llm)
-        result = self.llm.generate(record, model) if model else self.llm.failed(record, error)
+        if ticket.intended_start is not None:
+            delay = ticket.intended_start - time.time()
+            if delay > 0:
+                gevent.sleep(delay)
+        self.play(record, ticket)
+
+    def play(self, record: PromptRecord, ticket: Ticket) -> None:
+        """Send one record and report it (a :class:`ConversationUser` plays several turns)."""
+        self.send(record, ticket)
+
+    def send(self, record: PromptRecord, ticket: Ticket, messages: list[dict] | None = None,
+             turn: int | None = None) -> RequestResult:
+        """One request: look the model up, send, stamp the ticket's fields, report, back off if unreachable."""
+        model, error, unreachable = self.plugin.resolve_model(self.llm)
+        if model:
+            result = self.llm.generate(record, model, messages)
+        else:
+            result = self.llm.failed(record, error, [UNREACHABLE] if unreachable else None)
+        result.intended_start, result.warmup, result.turn = ticket.intended_start, ticket.warmup, turn
         # Let every other user read the lines already waiting on its socket before this one does its
         # bookkeeping and sends its next request: a line is stamped when its user reads it, so with many
         # streams ending together the last ones would otherwise be stamped late by the others' work.
         gevent.idle()
-        self.plugin.report(result, context=self.context(), url=self.llm.transport.url(self.llm.params.path))
+        self.plugin.report(result)
+        if UNREACHABLE in result.flags:
+            self.backoff = min(BACKOFF_MAX_S, self.backoff * 2 if self.backoff else BACKOFF_FIRST_S)
+            gevent.sleep(self.backoff)
+        else:
+            self.backoff = 0.0
+        return result
+
+
+class ConversationUser(LLMUser):
+    """Plays each record's ``turns`` in order, each request carrying the history with the server's own answers.
+
+    Every turn is one request (one ticket, one line of the raw log with its
+    ``turn`` index). In an open loop the schedule says when conversations
+    start; each later turn goes out as soon as the previous answer is complete.
+    """
+
+    abstract = True
+    needs_chat = True
+
+    def play(self, record: PromptRecord, ticket: Ticket) -> None:
+        turns = record.turns or tuple(m["content"] for m in record.messages if m.get("role") == "user")[:1]
+        history: list[dict] = [m for m in record.messages if m.get("role") == "system"]
+        for index, text in enumerate(turns):
+            if index:
+                follow_up = self.plugin.acquire(scheduled=False)
+                if follow_up is None:
+                    self.exhausted = True
+                    return
+                ticket = Ticket(follow_up.index, None, ticket.warmup)
+            history.append({"role": "user", "content": text})
+            result = self.send(record, ticket, messages=list(history), turn=index)
+            if not result.success:
+                return  # the conversation cannot go on without the server's answer
+            history.append({"role": "assistant", "content": result.output_text})
