@@ -1,10 +1,12 @@
 """Timing invariants of the one metrics module, pinned with scripted timestamps."""
 
 import math
+import random
 
 import pytest
 
-from llmload.core.metrics import RequestResult, percentile, request_metrics, summarize
+from llmload.core.metrics import (SLO, LiveStats, RequestResult, column_scale, column_title, headline_columns,
+                                  percentile, ratio, request_metrics, summarize, summary_columns)
 from llmload.core.rawlog import read_results, write_results
 
 
@@ -71,3 +73,61 @@ def test_raw_log_round_trip(tmp_path):
     path.write_text("{not json\n")
     with pytest.raises(ValueError, match="run_requests.jsonl:1"):
         read_results(path)
+
+
+def test_warmup_requests_count_nowhere_and_slo_figures_count_every_judged_request():
+    warm = stream_result(start=99.0, rid="w", warmup=True)
+    met = [stream_result(start=100.0 + i, rid=str(i), slo_ok=True) for i in range(3)]
+    missed = stream_result(start=104.0, rid="m", slo_ok=False)
+    s = summarize([warm, *met, missed])
+    assert s.requests == 4 and s.slo_attainment == pytest.approx(75.0)
+    assert s.goodput == pytest.approx(3 / s.duration_s) and s.duration_s == pytest.approx(104.38 - 100.0)
+    assert summarize(met).slo_attainment == 100.0 and summarize([stream_result()]).slo_attainment is None
+
+
+def test_slo_is_judged_from_the_intended_start_and_failures_miss_it():
+    slo = SLO.parse("ttft=250,e2e=500")
+    on_time = stream_result(start=100.0, intended_start=100.0)  # ttft 200 ms, e2e 380 ms
+    late = stream_result(start=100.1, intended_start=100.0)  # 100 ms behind schedule: ttft 300 ms from the schedule
+    failed = RequestResult("f", "qa", "chat", "stream", 0.0, 0.1, [], success=False, error="x")
+    assert slo.met(on_time) is True and slo.met(late) is False and slo.met(failed) is False
+    assert SLO().met(on_time) is None and request_metrics(late).dispatch_lag == pytest.approx(0.1)
+    sync = RequestResult("s", "qa", "chat", "sync", 0.0, 0.45, [], output_tokens=5)
+    assert slo.met(sync) is True  # a sync answer has no TTFT: only its E2E target counts
+    assert slo.describe() == "ttft<=250ms, e2e<=500ms" and slo.to_dict() == {"ttft": 250.0, "e2e": 500.0}
+
+
+def test_live_stats_match_the_exact_summary_within_the_sketch_accuracy():
+    rng = random.Random(1)
+    results = []
+    for i in range(3000):
+        ttft = rng.lognormvariate(-1.5, 0.6)
+        results.append(stream_result(start=1000.0 + i * 0.01, rid=str(i), ttft=ttft, itl=rng.uniform(0.01, 0.03),
+                                     tokens=rng.randint(2, 40)))
+    live, exact = LiveStats(), summarize(results)
+    for r in results:
+        live.add(r)
+    approx = live.summary()
+    assert approx.requests == exact.requests and approx.total_output_tokens == exact.total_output_tokens
+    assert approx.request_throughput == pytest.approx(exact.request_throughput)
+    for metric in ("ttft", "tpot", "e2e"):
+        assert approx.get(metric, "mean") == pytest.approx(exact.get(metric, "mean"))
+        for stat in ("p50", "p90", "p99"):
+            assert approx.get(metric, stat) == pytest.approx(exact.get(metric, stat), rel=0.03)
+    halves = LiveStats(), LiveStats()
+    for i, r in enumerate(results):
+        halves[i % 2].add(r)
+    halves[0].merge(halves[1])
+    assert halves[0].summary().get("ttft", "p99") == pytest.approx(approx.get("ttft", "p99"), rel=0.01)
+
+
+def test_ratio_is_baseline_over_server_and_missing_values_give_none():
+    assert ratio(300.0, 100.0) == 3.0 and ratio(None, 1.0) is None and ratio(1.0, 0.0) is None
+
+
+def test_every_catalogue_column_has_a_title_and_the_flat_row_follows_summary_columns():
+    row = summarize([stream_result()]).flat()
+    assert list(row) == summary_columns()
+    assert column_title("ttft_p50") == "TTFT p50 ms" and column_title("request_throughput") == "req/s"
+    assert column_scale("ttft_p50") == 1000.0 and column_scale("output_token_throughput") == 1.0
+    assert set(headline_columns()) <= set(summary_columns())

@@ -1,4 +1,4 @@
-"""Typed settings from parsed options: value checks, defaults, and where the files go."""
+"""Typed settings from parsed options: value checks, defaults, contradictions, and where the files go."""
 
 import argparse
 from pathlib import Path
@@ -6,23 +6,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from llmload.loadgen.options import LoadSettings, SettingsError, non_negative_int, positive_float
 from llmload.core.paths import dataset_path
-
-
-def test_number_types_reject_bad_values_with_one_line():
-    assert non_negative_int("0") == 0 and positive_float("0.5") == 0.5
-    for parse, text, message in ((non_negative_int, "-3", "'-3' is not an integer >= 0"),
-                                 (non_negative_int, "x", "'x' is not an integer >= 0"),
-                                 (positive_float, "0", "'0' is not a number > 0")):
-        with pytest.raises(argparse.ArgumentTypeError, match=message):
-            parse(text)
+from llmload.loadgen.options import LoadSettings, SettingsError, ramp_type, slo_type, stages_type
 
 
 def test_defaults_without_options():
     s = LoadSettings.from_options(None)
     assert (s.params.api, s.params.mode, s.params.max_tokens, s.params.temperature) == ("chat", "stream", None, 0.0)
     assert s.dataset_for("qa") == dataset_path("qa") and s.raw_log_path is None and s.monitor_path is None
+    assert not s.open_loop and s.slo is None and s.shape is None
     s.check()
 
 
@@ -31,12 +23,46 @@ def test_files_follow_the_csv_prefix_or_the_raw_log():
                               api="completion")
     s = LoadSettings.from_options(options)
     assert s.raw_log_path == Path("out/run1_requests.jsonl") and s.monitor_path == Path("out/run1_monitor.csv")
+    assert s.summary_path == Path("out/run1_summary.json")
     assert s.params.mode == "sync" and s.params.path == "/v1/completions" and s.params.max_tokens is None
     s = LoadSettings.from_options(SimpleNamespace(raw_log="logs/cell_requests.jsonl", dataset="p.jsonl"))
     assert s.monitor_path == Path("logs/cell_monitor.csv") and s.dataset_for("chat") == Path("p.jsonl")
     assert LoadSettings.from_options(SimpleNamespace(raw_log="a/raw.jsonl")).monitor_path == Path("a/raw_monitor.csv")
 
 
-def test_monitor_without_a_place_to_write_is_refused():
-    with pytest.raises(SettingsError, match="--monitor-pid needs --csv PREFIX or --raw-log PATH"):
-        LoadSettings.from_options(SimpleNamespace(monitor_pid=123)).check()
+@pytest.mark.parametrize("options, message", [
+    (dict(monitor_pid=123), "--monitor-pid needs --csv PREFIX or --raw-log PATH"),
+    (dict(requests=10, warmup=10), "--warmup 10 must be smaller than --requests 10"),
+    (dict(arrival="poisson"), "--arrival and --burstiness shape an open loop: give --rate R too"),
+    (dict(rate=5.0, arrival="poisson", burstiness=0.5), "--burstiness applies to --arrival gamma"),
+    (dict(stages=((1.0, 1),), ramp=((1.0, 2),)), "--stages and --ramp are two load shapes"),
+    (dict(metrics_url="http://x/metrics"), "--metrics-url needs --monitor-pid"),
+])
+def test_contradictions_are_one_line(options, message):
+    with pytest.raises(SettingsError, match=message):
+        LoadSettings.from_options(SimpleNamespace(**options)).check()
+
+
+def test_open_loop_law_follows_burstiness():
+    assert LoadSettings.from_options(SimpleNamespace(rate=2.0)).arrival_law == "poisson"
+    assert LoadSettings.from_options(SimpleNamespace(rate=2.0, burstiness=0.5)).arrival_law == "gamma"
+    assert LoadSettings.from_options(SimpleNamespace(rate=2.0, arrival="constant")).arrival_law == "constant"
+
+
+def test_shapes_and_slos_parse_or_say_what_is_accepted():
+    assert stages_type("30s:4,2m:16") == ((30.0, 4), (120.0, 16))
+    assert [users for _, users in ramp_type("1:4:20s")] == [2, 3, 4] and sum(s for s, _ in ramp_type("1:4:20s")) == 20
+    assert slo_type("ttft=500,e2e=2s").e2e == 2.0
+    for parse, text, message in ((stages_type, "30s", "is not DURATION:USERS"), (stages_type, "x:4", "duration"),
+                                 (ramp_type, "1:4", "is not FROM:TO:DURATION"),
+                                 (slo_type, "latency=5", "KEY=MS with KEY one of ttft, tpot, e2e, itl"),
+                                 (slo_type, "ttft=-5", "positive number of milliseconds")):
+        with pytest.raises(argparse.ArgumentTypeError, match=message):
+            parse(text)
+
+
+def test_values_typed_into_the_web_ui_are_converted_or_refused():
+    s = LoadSettings.from_options(SimpleNamespace(slo="ttft=300", rate="2.5", requests="10"))
+    assert s.slo.ttft == 0.3 and s.rate == 2.5 and s.requests == 10
+    with pytest.raises(SettingsError, match="--rate: '-1' is not a number >= 0"):
+        LoadSettings.from_options(SimpleNamespace(rate="-1"))

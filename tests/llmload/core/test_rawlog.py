@@ -1,0 +1,35 @@
+"""The raw log: appended as results arrive, flushed on time, readable up to a cut last line."""
+
+import time
+
+from llmload.core.metrics import RequestResult
+from llmload.core.rawlog import RawLogWriter, iter_results, read_results
+
+
+def result(i: int) -> RequestResult:
+    return RequestResult(str(i), "qa", "chat", "stream", 1000.0 + i, 0.5, [0.1, 0.2], output_tokens=2)
+
+
+def test_results_reach_the_file_within_the_flush_interval_without_close(tmp_path):
+    path = tmp_path / "run_requests.jsonl"
+    writer = RawLogWriter(path, flush_s=0.05)
+    writer.write(result(0))
+    time.sleep(0.06)
+    writer.write(result(1))  # past the interval: both lines are handed to the OS now
+    assert [r.request_id for r in read_results(path)] == ["0", "1"]
+    writer.flush()
+    writer.close()
+    assert writer.closed and writer.count == 2
+
+
+def test_a_line_cut_by_a_kill_is_skipped_and_a_broken_line_is_named(tmp_path):
+    path = tmp_path / "cut_requests.jsonl"
+    path.write_text(result(0).to_json() + "\n" + result(1).to_json()[:40])
+    assert [r.request_id for r in iter_results(path)] == ["0"]
+    path.write_text("{broken\n" + result(0).to_json() + "\n")
+    try:
+        read_results(path)
+    except ValueError as exc:
+        assert "cut_requests.jsonl:1" in str(exc)
+    else:
+        raise AssertionError("a broken line inside the file must be an error")
