@@ -1,203 +1,255 @@
-"""Merge one run's files into a comparison report: summary tables (CSV, Markdown) and PNG plots.
+"""Merge one run folder into its report: summary tables (CSV, Markdown), server ratios and PNG plots.
 
-Reads only files: the run's ``cells.jsonl`` (the matrix and each cell's status),
-each cell's raw per-request log (``*_requests.jsonl``, the exact timings), its
-monitor CSV (``*_monitor.csv``) and Locust's own stats CSV (``*_stats.csv``,
-used as a cross-check of the request count). Every figure comes from
-:mod:`llmload.core.metrics` (latency, throughput) and :mod:`monitors.sampler`
-(memory peaks); nothing is computed here twice.
+    python -m reports.merge results/20261202-130000 [--baseline NAME] [--out DIR]
 
-    python -m reports.merge results/20261202-130000
+Every figure comes from the metric catalogue (:mod:`llmload.core.metrics`:
+``summarize`` on each cell's raw log, ``ratio`` for every ratio, baseline over
+server) and the resource monitor (:func:`monitors.sampler.peak_usage`); the
+columns are the catalogue's, so a metric added there appears here. Plots draw
+the merged rows only.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import json
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from llmload.core.metrics import summarize
-from llmload.core.rawlog import read_results
+from llmload.core.metrics import headline_columns, ratio, summary_columns
+from llmload.core.tables import render
+from reports.format import shown, title
+from reports.run import CellData, ReportError, RunData, load_run, resolve_baseline
 
-SUMMARY_COLUMNS = [
-    "server", "task", "mode", "concurrency", "status", "requests", "failures",
-    "e2e_p50", "e2e_p90", "e2e_p99", "ttft_p50", "ttft_p90", "ttft_p99", "tpot_mean", "tpot_p50",
-    "tokens_per_s_mean", "request_throughput", "output_token_throughput", "total_output_tokens",
-    "peak_gpu_used_mib", "peak_server_gpu_mib", "peak_server_rss_mib", "peak_host_used_mib", "mean_client_cpu_pct",
-    "locust_requests", "error",
-]
-SECONDS = {"e2e_p50", "e2e_p90", "e2e_p99", "ttft_p50", "ttft_p90", "ttft_p99", "tpot_mean", "tpot_p50"}
-
-
-class ReportError(RuntimeError):
-    """A run folder that cannot be merged (one clear line)."""
+IDENTITY = ["server", "task", "mode", "concurrency", "rate", "repeat", "phase", "status"]
+TRAILER = ["token_source", "locust_requests", "error"]
+#: Columns compared between servers: the throughputs and the headline latency statistics.
+RATIO_COLUMNS = [c for c in headline_columns()
+                 if c in ("request_throughput", "output_token_throughput")
+                 or c.rpartition("_")[0] in ("e2e", "ttft", "tpot", "tokens_per_s")]
+#: Resource columns the Markdown table shows (when measured).
+MD_PEAKS = ["peak_server_rss_mib", "peak_server_gpu_mib"]
 
 
-def read_cells(run_dir: Path) -> list[dict]:
-    """The run's matrix cells, last record per cell wins."""
-    path = run_dir / "cells.jsonl"
-    if not path.is_file():
-        raise ReportError(f"{run_dir} has no cells.jsonl: is it a run folder made by `python -m llmload.runner`?")
-    cells: dict[str, dict] = {}
-    for lineno, line in enumerate(path.read_text().splitlines(), 1):
-        if line.strip():
-            try:
-                cell = json.loads(line)
-                cells[cell["prefix"]] = cell
-            except (json.JSONDecodeError, KeyError) as exc:
-                raise ReportError(f"{path}:{lineno}: not a cell record ({exc})") from None
-    return list(cells.values())
+def peak_columns(cells: list[CellData]) -> list[str]:
+    """The monitor's peak keys: ``monitors.sampler.PEAK_KEYS``, then any other key ``peak_usage`` gave."""
+    from monitors.sampler import PEAK_KEYS
+
+    keys = list(PEAK_KEYS)
+    for c in cells:
+        keys += [k for k in c.peaks if k not in keys]
+    return keys
 
 
-def locust_request_count(stats_csv: Path) -> int | None:
-    """Request count of the Aggregated row of Locust's ``*_stats.csv`` (None if absent)."""
-    if not stats_csv.is_file():
+def csv_columns(peaks: list[str]) -> list[str]:
+    return IDENTITY + summary_columns() + peaks + TRAILER
+
+
+def token_source(data: CellData) -> str | None:
+    """Where the cell's output token counts came from: ``usage``, ``chunks``, ``none`` or a mix with counts."""
+    counts: dict[str, int] = {}
+    for r in data.measured:
+        if r.success:
+            counts[r.output_tokens_source] = counts.get(r.output_tokens_source, 0) + 1
+    if not counts:
         return None
-    with stats_csv.open(newline="") as handle:
-        for row in csv.DictReader(handle):
-            if row.get("Name") == "Aggregated":
-                return int(float(row.get("Request Count") or 0))
-    return None
+    if len(counts) == 1:
+        return next(iter(counts))
+    return " ".join(f"{k}:{v}" for k, v in sorted(counts.items()))
 
 
-def cell_row(run_dir: Path, cell: dict) -> dict:
-    """One summary row: the cell's identity, its metrics from the raw log, its resource peaks."""
-    row = {k: cell.get(k) for k in ("server", "task", "mode", "concurrency", "status", "error")}
-    prefix = run_dir / cell["prefix"]
-    raw = Path(f"{prefix}_requests.jsonl")
-    if raw.is_file():
-        row.update(summarize(read_results(raw)).flat())
-    elif row["status"] == "ok":
-        row["status"], row["error"] = "missing", "raw log missing"
-    monitor = Path(f"{prefix}_monitor.csv")
-    if monitor.is_file():
-        from monitors.sampler import peak_usage, read_monitor
-
-        row.update(peak_usage(read_monitor(monitor)))
-    row["locust_requests"] = locust_request_count(Path(f"{prefix}_stats.csv"))
-    return {col: row.get(col) for col in SUMMARY_COLUMNS}
+def cell_row(data: CellData) -> dict:
+    """One summary row: the cell's identity, its figures from the raw log, its resource peaks."""
+    cell = data.cell
+    row = {"server": cell.server, "task": cell.task, "mode": cell.mode, "concurrency": cell.concurrency,
+           "rate": cell.rate, "repeat": cell.repeat, "phase": cell.phase, "status": data.status,
+           "error": data.error, "locust_requests": data.locust_requests, "token_source": token_source(data)}
+    if data.summary is not None:
+        row.update(data.summary.flat())
+    row.update(data.peaks)
+    return row
 
 
-def summary_rows(run_dir: Path) -> list[dict]:
-    """Every cell of the run as a summary row, in matrix order."""
-    return [cell_row(run_dir, cell) for cell in read_cells(run_dir)]
+def level(row: dict) -> str:
+    return f"r{row['rate']:g}/s" if row.get("rate") is not None else f"c{row['concurrency']}"
 
 
-def throughput_ratios(rows: list[dict], numerator: str = "vllm") -> list[dict]:
-    """Token and request throughput of ``numerator`` over each other server, cell by cell."""
-    index = {(r["server"], r["task"], r["mode"], r["concurrency"]): r for r in rows if r["status"] == "ok"}
-    ratios = []
-    for (server, task, mode, conc), row in sorted(index.items(), key=lambda kv: tuple(map(str, kv[0]))):
-        if server == numerator:
-            continue
-        top = index.get((numerator, task, mode, conc))
-        if top is None:
-            continue
-
-        def ratio(key: str) -> float | None:
-            return top[key] / row[key] if row.get(key) and top.get(key) is not None else None
-
-        ratios.append({"baseline": server, "task": task, "mode": mode, "concurrency": conc,
-                       "token_throughput_ratio": ratio("output_token_throughput"),
-                       "request_throughput_ratio": ratio("request_throughput")})
-    return ratios
+def same_point(row: dict) -> tuple:
+    """What two servers' rows share to be compared: task, mode, load level and phase."""
+    return (row["task"], row["mode"], row["concurrency"], row.get("rate"), row.get("phase"))
 
 
-def _fmt(key: str, value) -> str:
-    if value is None or value == "":
-        return "-"
-    if key in SECONDS:
-        return f"{value * 1000:.0f}"
-    if isinstance(value, float):
-        return f"{value:.2f}" if abs(value) < 100 else f"{value:.0f}"
-    return str(value)
+def ratio_name(baseline: str, server: str) -> str:
+    return f"{baseline} / {server}"
 
 
-def markdown_table(rows: list[dict], columns: list[str], headers: dict[str, str] | None = None) -> str:
-    """A GitHub Markdown table of ``rows`` (latencies in ms)."""
-    headers = headers or {}
-    head = [headers.get(c, c) for c in columns]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(columns)]
+def ratio_rows(rows: list[dict], baseline: str | None) -> list[dict]:
+    """Baseline over each other server, cell by cell, for :data:`RATIO_COLUMNS` (long form, one row each)."""
+    if baseline is None:
+        return []
+    tops = {same_point(r): r for r in rows if r["server"] == baseline and r["status"] == "ok"}
+    out = []
     for row in rows:
-        lines.append("| " + " | ".join(_fmt(c, row.get(c)) for c in columns) + " |")
-    return "\n".join(lines)
+        top = tops.get(same_point(row))
+        if row["server"] == baseline or row["status"] != "ok" or top is None:
+            continue
+        for column in RATIO_COLUMNS:
+            if top.get(column) is None or row.get(column) is None:
+                continue  # not measured in this mode
+            value = ratio(top.get(column), row.get(column))
+            out.append({"ratio": ratio_name(baseline, row["server"]), "baseline": baseline,
+                        "server": row["server"], "task": row["task"], "mode": row["mode"],
+                        "concurrency": row["concurrency"], "rate": row.get("rate"), "phase": row.get("phase"),
+                        "metric": column, "value": value})
+    return out
 
 
-MD_COLUMNS = ["server", "task", "mode", "concurrency", "status", "requests", "failures", "e2e_p50", "e2e_p99",
-              "ttft_p50", "ttft_p99", "tpot_mean", "tokens_per_s_mean", "request_throughput",
-              "output_token_throughput", "peak_server_rss_mib", "peak_server_gpu_mib"]
-MD_HEADERS = {"concurrency": "users", "e2e_p50": "E2E p50 ms", "e2e_p99": "E2E p99 ms", "ttft_p50": "TTFT p50 ms",
-              "ttft_p99": "TTFT p99 ms", "tpot_mean": "TPOT ms", "tokens_per_s_mean": "tok/s per req",
-              "request_throughput": "req/s", "output_token_throughput": "out tok/s",
-              "peak_server_rss_mib": "server RSS MiB", "peak_server_gpu_mib": "server GPU MiB"}
+RATIO_CSV = ["ratio", "baseline", "server", "task", "mode", "concurrency", "rate", "phase", "metric", "value"]
 
 
-def write_report(run_dir: Path, out_dir: Path) -> Path:
-    """Write ``summary.csv``, ``summary.md``, ``ratios.csv`` and the plots; return ``summary.md``."""
-    rows = summary_rows(run_dir)
-    ratios = throughput_ratios(rows)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with (out_dir / "summary.csv").open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=SUMMARY_COLUMNS)
+@dataclass
+class Report:
+    """Everything a report shows, computed once from a run."""
+
+    run: RunData
+    baseline: str | None
+    rows: list[dict]
+    ratios: list[dict]
+    peaks: list[str]
+    plots: list[Path] = field(default_factory=list)
+
+
+def build_report(run: RunData, baseline: str | None = None) -> Report:
+    base = resolve_baseline(run, baseline)
+    rows = [cell_row(c) for c in run.cells]
+    return Report(run=run, baseline=base, rows=rows, ratios=ratio_rows(rows, base), peaks=peak_columns(run.cells))
+
+
+def write_csv(path: Path, rows: list[dict], columns: list[str]) -> Path:
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
-    with (out_dir / "ratios.csv").open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=["baseline", "task", "mode", "concurrency",
-                                                    "token_throughput_ratio", "request_throughput_ratio"])
-        writer.writeheader()
-        writer.writerows(ratios)
-    from reports.plots import write_plots
+    return path
 
-    plots = write_plots(rows, ratios, out_dir)
-    run_info = {}
-    if (run_dir / "run.json").is_file():
-        run_info = json.loads((run_dir / "run.json").read_text())
-    parts = [f"# Load-test report: {run_dir.name}", ""]
-    if run_info:
-        m = run_info.get("machine", {})
-        parts += [f"- command: `{run_info.get('command', '')}`",
-                  f"- model: {run_info.get('served_model_name')} ({run_info.get('model')})",
+
+def present(rows: list[dict], columns: list[str]) -> list[str]:
+    """The columns that hold a value in at least one row."""
+    return [c for c in columns if any(r.get(c) not in (None, "") for r in rows)]
+
+
+def table(rows: list[dict], columns: list[str], cell=None) -> str:
+    """A Markdown table of ``rows`` (values through ``cell(row, column)``, default :func:`shown`)."""
+    cell = cell or (lambda row, column: shown(column, row.get(column)))
+    return render([[cell(r, c) for c in columns] for r in rows], [title(c) for c in columns])
+
+
+def _identity_cell(row: dict, column: str):
+    if column == "level":
+        return level(row)
+    return row.get(column)
+
+
+def summary_table(rows: list[dict]) -> str:
+    ident = ["server", "task", "mode", "level", "status"]
+    columns = present(rows, headline_columns() + MD_PEAKS)
+
+    def cell(row, column):
+        return _identity_cell(row, column) if column in ident else shown(column, row.get(column))
+
+    return table(rows, ident + columns, cell)
+
+
+def ratio_table(ratios: list[dict]) -> str:
+    """One row per server and cell, one column per compared metric."""
+    by_point: dict[tuple, dict] = {}
+    for r in ratios:
+        key = (r["ratio"], r["task"], r["mode"], r["concurrency"], r.get("rate"), r.get("phase"))
+        entry = by_point.setdefault(key, {"ratio": r["ratio"], "task": r["task"], "mode": r["mode"],
+                                          "concurrency": r["concurrency"], "rate": r.get("rate")})
+        entry[r["metric"]] = r["value"]
+    rows = list(by_point.values())
+    columns = present(rows, RATIO_COLUMNS)
+    ident = ["ratio", "task", "mode", "level"]
+
+    def cell(row, column):
+        if column in ident:
+            return _identity_cell(row, column)
+        value = row.get(column)
+        return None if value is None else f"{value:.2f}"
+
+    return render([[cell(r, c) for c in ident + columns] for r in rows], ident + [title(c) for c in columns])
+
+
+def header_lines(report: Report) -> list[str]:
+    info = report.run.manifest
+    lines = [f"# Load-test report: {report.run.path.name}", ""]
+    if info:
+        m = info.get("machine", {})
+        lines += [f"- command: `{info.get('command', '')}`",
+                  f"- model: {info.get('served_model_name')} ({info.get('model')})",
                   f"- machine: {m.get('cpu')}, {m.get('cores')} cores, {m.get('memory_gib')} GiB, "
                   f"GPUs: {m.get('gpus') or 'none'}",
-                  f"- versions: " + ", ".join(f"{k} {v}" for k, v in run_info.get("versions", {}).items() if v), ""]
-    parts += ["Latencies in ms (from the raw per-request logs); throughput over each cell's wall time.", "",
-              markdown_table(rows, MD_COLUMNS, MD_HEADERS), ""]
-    if ratios:
-        parts += ["## vLLM / baseline throughput", "",
-                  markdown_table(ratios, ["baseline", "task", "mode", "concurrency", "token_throughput_ratio",
-                                          "request_throughput_ratio"],
-                                 {"concurrency": "users", "token_throughput_ratio": "token throughput ratio",
-                                  "request_throughput_ratio": "request throughput ratio"}), ""]
-    missing = [r for r in rows if r["status"] != "ok"]
+                  "- versions: " + ", ".join(f"{k} {v}" for k, v in info.get("versions", {}).items() if v)]
+    lines += [f"- baseline: {report.baseline or 'none (no ratios)'}", ""]
+    return lines
+
+
+def markdown(report: Report) -> str:
+    parts = header_lines(report)
+    parts += ["Latencies in ms, from the raw per-request logs (warm-up excluded); throughput over each cell's "
+              "wall time.", "", summary_table(report.rows), ""]
+    if report.ratios:
+        parts += [f"## Ratios: {report.baseline} over each server", "",
+                  f"`{report.baseline} / X` of each figure, cell by cell: above 1, {report.baseline}'s figure is "
+                  "the larger (faster for throughputs, slower for latencies).", "", ratio_table(report.ratios), ""]
+    missing = [r for r in report.rows if r["status"] != "ok"]
     if missing:
         parts += ["## Missing or failed cells", ""]
-        parts += [f"- {r['server']} {r['task']} {r['mode']} c={r['concurrency']}: {r['status']}: {r['error']}"
-                  for r in missing]
+        parts += [f"- {r['server']} {r['task']} {r['mode']} {level(r)}: {r['status']}: {r['error']}" for r in missing]
         parts.append("")
-    if plots:
-        parts += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots] + [""]
-    summary = out_dir / "summary.md"
-    summary.write_text("\n".join(parts))
-    return summary
+    if report.plots:
+        parts += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in report.plots] + [""]
+    return "\n".join(parts)
 
 
-def merge_run(run_dir: str | Path, out_dir: str | Path | None = None) -> Path:
+def write_report(report: Report, out_dir: Path) -> Path:
+    """Write ``summary.csv``, ``ratios.csv``, the plots and ``summary.md``; return ``summary.md``."""
+    from reports.plots import write_plots
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_csv(out_dir / "summary.csv", report.rows, csv_columns(report.peaks))
+    write_csv(out_dir / "ratios.csv", report.ratios, RATIO_CSV)
+    report.plots = write_plots(report.rows, report.ratios, out_dir, baseline=report.baseline)
+    path = out_dir / "summary.md"
+    path.write_text(markdown(report))
+    return path
+
+
+def merge_run(run_dir: str | Path, out_dir: str | Path | None = None, baseline: str | None = None) -> Path:
     """Merge ``run_dir`` into ``out_dir`` (default ``run_dir/report``); return the Markdown summary."""
-    run_dir = Path(run_dir)
-    return write_report(run_dir, Path(out_dir) if out_dir else run_dir / "report")
+    run = load_run(run_dir)
+    report = build_report(run, baseline)
+    return write_report(report, Path(out_dir) if out_dir else run.path / "report")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m reports.merge",
+                                description="Merge a run folder (from python -m llmload.runner) into summary "
+                                            "tables (CSV, Markdown), server ratios and PNG plots.")
+    p.add_argument("run_dir", type=Path, help="the run folder, e.g. results/20261202-130000")
+    p.add_argument("--out", type=Path, default=None, help="output folder (default: RUN_DIR/report)")
+    p.add_argument("--baseline", default=None,
+                   help="server every ratio is taken over: baseline / server (default: run.json's baseline, "
+                        "else vllm when the run has it)")
+    return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m reports.merge",
-                                description="Merge a run folder (from python -m llmload.runner) into summary "
-                                            "tables (CSV, Markdown) and PNG plots.")
-    p.add_argument("run_dir", type=Path, help="the run folder, e.g. results/20261202-130000")
-    p.add_argument("--out", type=Path, default=None, help="output folder (default: RUN_DIR/report)")
-    args = p.parse_args(argv)
+    args = build_parser().parse_args(argv)
     try:
-        summary = merge_run(args.run_dir, args.out)
+        summary = merge_run(args.run_dir, args.out, args.baseline)
     except ReportError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -1,7 +1,8 @@
-"""PNG plots of a merged run, in the spirit of the seed: basic vs vLLM per task and concurrency.
+"""PNG plots of a merged run: latency, throughput and memory per task and load, ratios to the baseline.
 
-Input is the list of summary rows from :mod:`reports.merge` (already computed
-figures); this module only draws them.
+Input is the merged rows of :mod:`reports.merge` (figures already computed, with
+``<column>_ci_low``/``_ci_high`` where the row has an interval); this module
+only draws them and never reads a run's files.
 """
 
 from __future__ import annotations
@@ -16,91 +17,110 @@ import matplotlib.pyplot as plt  # noqa: E402
 MODE_STYLE = {"stream": "-", "sync": "--"}
 
 
-def _colors(names) -> dict[str, str]:
+def colors(names) -> dict[str, str]:
     """One fixed colour per name (server or task), the same in every plot of a report."""
     return {name: f"C{i % 10}" for i, name in enumerate(sorted(set(names)))}
 
 
-def _series(rows: list[dict], task: str | None, key: str):
-    """``{(server, mode): ([concurrency...], [value...])}`` for rows with a value for ``key``."""
-    series: dict[tuple[str, str], tuple[list, list]] = {}
-    for row in sorted(rows, key=lambda r: r["concurrency"]):
-        if row["status"] != "ok" or row.get(key) is None or (task and row["task"] != task):
+def value(row: dict, column: str):
+    """The row's value for ``column``, or None (also for an empty CSV-style cell)."""
+    v = row.get(column)
+    return None if v in (None, "") else v
+
+
+def series(rows: list[dict], task: str | None, column: str, x: str = "concurrency", name: str = "server"):
+    """``{(name, mode): [(x, y, low, high), ...]}`` over ok rows holding ``column``, sorted by ``x``."""
+    out: dict[tuple[str, str], list] = {}
+    for row in rows:
+        if row.get("status") != "ok" or (task and row["task"] != task):
             continue
-        xs, ys = series.setdefault((row["server"], row["mode"]), ([], []))
-        xs.append(row["concurrency"])
-        ys.append(row[key])
-    return series
+        y, xv = value(row, column), value(row, x)
+        if y is None or xv is None:
+            continue
+        out.setdefault((row[name], row["mode"]), []).append(
+            (xv, y, value(row, f"{column}_ci_low"), value(row, f"{column}_ci_high")))
+    return {k: sorted(v) for k, v in out.items()}
 
 
-def _draw(ax, series, colors: dict[str, str], scale: float = 1.0) -> bool:
-    """One line per ``(name, mode)`` series: colour by name, dashed for sync; log-2 concurrency axis."""
-    for (name, mode), (xs, ys) in sorted(series.items()):
-        ax.plot(xs, [y * scale for y in ys], MODE_STYLE.get(mode, "-"), color=colors.get(name), marker="o",
-                label=f"{name} {mode}")
-    if series:
-        levels = sorted({x for xs, _ in series.values() for x in xs})
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(levels, [str(x) for x in levels])
-        ax.set_xlabel("concurrent users")
+def draw(ax, lines, palette: dict[str, str], scale: float = 1.0, log2_x: bool = True,
+         xlabel: str = "concurrent users") -> bool:
+    """One line per ``(name, mode)``: colour by name, dashed for sync, error bars where intervals exist."""
+    for (name, mode), points in sorted(lines.items()):
+        xs = [p[0] for p in points]
+        ys = [p[1] * scale for p in points]
+        ax.plot(xs, ys, MODE_STYLE.get(mode, "-"), color=palette.get(name), marker="o", label=f"{name} {mode}")
+        bars = [(p[0], p[1] * scale, p[2] * scale, p[3] * scale) for p in points
+                if p[2] is not None and p[3] is not None]
+        if bars:
+            ax.errorbar([b[0] for b in bars], [b[1] for b in bars],
+                        yerr=[[b[1] - b[2] for b in bars], [b[3] - b[1] for b in bars]],
+                        fmt="none", ecolor=palette.get(name), alpha=0.6, capsize=3)
+    if lines:
+        if log2_x:
+            levels = sorted({p[0] for pts in lines.values() for p in pts})
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(levels, [f"{x:g}" for x in levels])
+        ax.set_xlabel(xlabel)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
-    return bool(series)
+    return bool(lines)
 
 
-def _save(fig, path: Path) -> Path:
+def save(fig, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
 
 
-def write_plots(rows: list[dict], ratios: list[dict], out_dir: Path) -> list[Path]:
+def matrix_rows(rows: list[dict]) -> list[dict]:
+    """Closed-loop matrix rows (the ones drawn against concurrency)."""
+    return [r for r in rows if value(r, "rate") is None and r.get("phase", "matrix") in ("matrix", None)]
+
+
+def write_plots(rows: list[dict], ratios: list[dict], out_dir: Path, baseline: str | None) -> list[Path]:
     """Draw every plot the rows allow into ``out_dir``; return the files written."""
     written: list[Path] = []
-    tasks = sorted({r["task"] for r in rows if r["status"] == "ok"})
-    server_colors = _colors(r["server"] for r in rows)
+    matrix = matrix_rows(rows)
+    tasks = sorted({r["task"] for r in matrix if r.get("status") == "ok"})
+    palette = colors(r["server"] for r in rows)
     for task in tasks:
         fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-        _draw(left, _series(rows, task, "e2e_p50"), server_colors, 1000)
+        draw(left, series(matrix, task, "e2e_p50"), palette, 1000)
         left.set_title(f"{task}: total latency (E2E p50)")
         left.set_ylabel("ms")
-        has_ttft = _draw(right, _series(rows, task, "ttft_p50"), server_colors, 1000)
+        if not draw(right, series(matrix, task, "ttft_p50"), palette, 1000):
+            right.text(0.5, 0.5, "no stream cells", ha="center", transform=right.transAxes)
         right.set_title(f"{task}: time to first token (TTFT p50, stream)")
         right.set_ylabel("ms")
-        if not has_ttft:
-            right.text(0.5, 0.5, "no stream cells", ha="center", transform=right.transAxes)
-        written.append(_save(fig, out_dir / f"latency_{task}.png"))
+        written.append(save(fig, out_dir / f"latency_{task}.png"))
     if tasks:
         fig, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.8), squeeze=False)
         for ax, task in zip(axes[0], tasks):
-            _draw(ax, _series(rows, task, "output_token_throughput"), server_colors)
+            draw(ax, series(matrix, task, "output_token_throughput"), palette)
             ax.set_title(f"{task}: output token throughput")
             ax.set_ylabel("tokens/s")
-        written.append(_save(fig, out_dir / "token_throughput.png"))
-        gpu = any(r.get("peak_server_gpu_mib") for r in rows)
+        written.append(save(fig, out_dir / "token_throughput.png"))
+        gpu = any(value(r, "peak_server_gpu_mib") for r in matrix)
         key, label = ("peak_server_gpu_mib", "server GPU memory (peak, MiB)") if gpu else \
             ("peak_server_rss_mib", "server host RSS (peak, MiB; no GPU)")
         fig, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.8), squeeze=False)
         for ax, task in zip(axes[0], tasks):
-            _draw(ax, _series(rows, task, key), server_colors)
+            draw(ax, series(matrix, task, key), palette)
             ax.set_title(f"{task}: {label}", fontsize=9)
             ax.set_ylabel("MiB")
-        written.append(_save(fig, out_dir / "memory.png"))
-    if ratios:
-        baselines = sorted({r["baseline"] for r in ratios})
-        task_colors = _colors(r["task"] for r in ratios)
-        fig, axes = plt.subplots(1, len(baselines), figsize=(5.5 * len(baselines), 4), squeeze=False)
-        for ax, baseline in zip(axes[0], baselines):
-            groups: dict[tuple[str, str], tuple[list, list]] = {}
-            for r in sorted(ratios, key=lambda r: r["concurrency"]):
-                if r["baseline"] == baseline and r["token_throughput_ratio"] is not None:
-                    xs, ys = groups.setdefault((r["task"], r["mode"]), ([], []))
-                    xs.append(r["concurrency"])
-                    ys.append(r["token_throughput_ratio"])
-            _draw(ax, groups, task_colors)
+        written.append(save(fig, out_dir / "memory.png"))
+    token_ratios = [r for r in matrix_rows(ratios) if r["metric"] == "output_token_throughput"
+                    and value(r, "value") is not None]
+    if token_ratios and baseline:
+        servers = sorted({r["server"] for r in token_ratios})
+        task_palette = colors(r["task"] for r in token_ratios)
+        fig, axes = plt.subplots(1, len(servers), figsize=(5.5 * len(servers), 4), squeeze=False)
+        for ax, server in zip(axes[0], servers):
+            draw(ax, series([dict(r, status="ok") for r in token_ratios if r["server"] == server], None, "value",
+                            name="task"), task_palette)
             ax.axhline(1.0, color="grey", lw=0.8)
-            ax.set_ylabel(f"vLLM / {baseline}")
-            ax.set_title(f"output token throughput: vLLM over {baseline}", fontsize=10)
-        written.append(_save(fig, out_dir / "throughput_ratio.png"))
+            ax.set_ylabel(f"{baseline} / {server}")
+            ax.set_title(f"output token throughput: {baseline} / {server}", fontsize=10)
+        written.append(save(fig, out_dir / "throughput_ratio.png"))
     return written

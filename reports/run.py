@@ -1,0 +1,152 @@
+"""A run folder read once for the reports: its manifest, cells, raw results, monitor samples and capacity.
+
+Everything the reports compute starts from :func:`load_run`; the files are read
+through :mod:`llmload.core.runfiles`, :mod:`llmload.core.metrics` and
+:mod:`monitors.sampler` only.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from llmload.core.metrics import RequestResult, RunSummary, summarize
+from llmload.core.rawlog import read_results
+from llmload.core.runfiles import Cell, RunFolderError, read_capacity, read_cells, read_manifest
+
+DEFAULT_BASELINE = "vllm"
+
+
+class ReportError(RuntimeError):
+    """A run folder or an option that cannot be reported on (one clear line)."""
+
+
+@dataclass
+class CellData:
+    """One cell of a run with what its files hold."""
+
+    cell: Cell
+    results: list[RequestResult] = field(default_factory=list)  # as logged, warm-up included
+    summary: RunSummary | None = None
+    peaks: dict = field(default_factory=dict)
+    monitor: object = None  # the monitor CSV as a DataFrame, None when absent
+    locust_requests: int | None = None
+    status: str = ""  # the cell's status, "missing" when an ok cell lost its raw log
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def measured(self) -> list[RequestResult]:
+        """The results every statistic counts (warm-up excluded)."""
+        return [r for r in self.results if not r.warmup]
+
+
+#: What identifies a group of cells that differ only in their repeat index.
+def group_key(cell: Cell) -> tuple:
+    return (cell.server, cell.task, cell.mode, cell.concurrency, cell.rate, cell.phase)
+
+
+def describe_key(key: tuple) -> str:
+    """``mock qa stream c4`` (or ``r2.5/s``) of a group key; the phase when it is not the matrix."""
+    server, task, mode, concurrency, rate, phase = key
+    level = f"r{rate:g}/s" if rate is not None else f"c{concurrency}"
+    return " ".join([server, task, mode, level] + ([phase] if phase not in ("matrix", None) else []))
+
+
+@dataclass
+class RunData:
+    """A whole run: its folder, ``run.json``, cells in matrix order and capacity searches."""
+
+    path: Path
+    manifest: dict
+    cells: list[CellData]
+    capacity: list[dict]
+
+    @property
+    def servers(self) -> list[str]:
+        """Server names in the order of the matrix."""
+        names: list[str] = []
+        for c in self.cells:
+            if c.cell.server not in names:
+                names.append(c.cell.server)
+        for entry in self.capacity:
+            if entry.get("server") and entry["server"] not in names:
+                names.append(entry["server"])
+        return names
+
+    def groups(self) -> dict[tuple, list[CellData]]:
+        """Cells by :func:`group_key` (repeats together), in matrix order."""
+        found: dict[tuple, list[CellData]] = {}
+        for c in self.cells:
+            found.setdefault(group_key(c.cell), []).append(c)
+        return found
+
+
+def locust_request_count(stats_csv: Path) -> int | None:
+    """Request count of the Aggregated row of Locust's ``*_stats.csv`` (None if absent)."""
+    if not stats_csv.is_file():
+        return None
+    with stats_csv.open(newline="") as handle:
+        for row in csv.DictReader(handle):
+            if row.get("Name") == "Aggregated":
+                return int(float(row.get("Request Count") or 0))
+    return None
+
+
+def load_cell(run_dir: Path, cell: Cell) -> CellData:
+    data = CellData(cell=cell, status=cell.status, error=cell.error)
+    files = cell.files(run_dir)
+    if files.raw_log.is_file():
+        try:
+            data.results = read_results(files.raw_log)
+        except ValueError as exc:
+            raise ReportError(str(exc)) from None
+        data.summary = summarize(data.results)
+    elif cell.status == "ok":
+        data.status, data.error = "missing", "raw log missing"
+    if files.monitor.is_file():
+        from monitors.sampler import peak_usage, read_monitor
+
+        try:
+            data.monitor = read_monitor(files.monitor)
+        except ValueError as exc:
+            raise ReportError(str(exc)) from None
+        data.peaks = peak_usage(data.monitor)
+    data.locust_requests = locust_request_count(files.locust_stats)
+    return data
+
+
+def load_run(run_dir: str | Path) -> RunData:
+    """Read a run folder; :class:`ReportError` (one line) when it is not one."""
+    path = Path(run_dir)
+    if not path.is_dir():
+        raise ReportError(f"{path} is not a folder")
+    try:
+        cells = read_cells(path)
+        manifest = read_manifest(path)
+        capacity = read_capacity(path)
+    except RunFolderError as exc:
+        raise ReportError(str(exc)) from None
+    return RunData(path=path, manifest=manifest, cells=[load_cell(path, c) for c in cells], capacity=capacity)
+
+
+def resolve_baseline(run: RunData, requested: str | None) -> str | None:
+    """The baseline server: ``requested``, else run.json's ``baseline``, else ``vllm`` when the run has one.
+
+    A requested name the run does not hold is a :class:`ReportError` listing the servers;
+    without a usable baseline (a run without vLLM) there are no ratios (None).
+    """
+    servers = run.servers
+    if requested is not None:
+        if requested not in servers:
+            raise ReportError(f"--baseline {requested}: the run has no server of that name "
+                              f"(servers: {', '.join(servers) or 'none'})")
+        return requested
+    named = run.manifest.get("baseline")
+    if named in servers:
+        return named
+    return DEFAULT_BASELINE if DEFAULT_BASELINE in servers else None

@@ -1,0 +1,29 @@
+"""Run folders shared by the report tests (made once per session by the real runner against mock servers)."""
+
+from __future__ import annotations
+
+import pytest
+
+from report_helpers import make_data, run_runner, start_mock
+
+
+@pytest.fixture(scope="session")
+def prompt_dir(tmp_path_factory):
+    return make_data(tmp_path_factory.mktemp("prompts"), ("qa",), n=8)
+
+
+@pytest.fixture(scope="session")
+def pair_run(tmp_path_factory, prompt_dir):
+    """Two servers: ``mock`` (TTFT 50 ms, started by the runner) and ``vllm``, a mock of ours with TTFT 100 ms.
+
+    qa, sync and stream, 1 and 4 users, 12 requests of 8 tokens per cell; no report (the tests merge).
+    """
+    folder = tmp_path_factory.mktemp("pair")
+    url, server = start_mock(folder, ttft_ms=100)
+    try:
+        run_runner("--servers", f"mock,vllm={url}", "--tasks", "qa", "--modes", "sync,stream", "--parallel", "1,4",
+                   "--requests", "12", "--max-tokens", "8", "--mock-ttft-ms", "50", "--data-dir", str(prompt_dir),
+                   "--out", str(folder / "run"), "--no-report")
+    finally:
+        server.stop()
+    return folder / "run"

@@ -1,0 +1,112 @@
+"""Run folders for the report tests: real ones from the runner against mock servers, and scripted ones."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from llmload.core.metrics import RequestResult
+from llmload.core.rawlog import write_results
+from llmload.core.records import PromptRecord, write_records
+from llmload.core.runfiles import Cell, append_cell, write_manifest
+from llmload.core.services import ServiceProcess, free_port, local_url
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def make_data(folder: Path, tasks=("qa",), n=8) -> Path:
+    """Prompt sets of ``n`` short prompts per task, ids ``<task>-<i>``."""
+    for task in tasks:
+        write_records(folder / f"{task}.jsonl", [
+            PromptRecord(id=f"{task}-{i}", task=task, source="test", prompt=f"Answer briefly: what is {i} + {i}?",
+                         messages=[{"role": "user", "content": f"Answer briefly: what is {i} + {i}?"}],
+                         max_tokens=16, input_tokens=12) for i in range(n)])
+    return folder
+
+
+def run_module(module: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=REPO, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def run_runner(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    proc = run_module("llmload.runner", *args, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
+def start_mock(log_dir: Path, ttft_ms: float, itl_ms: float = 10.0) -> tuple[str, ServiceProcess]:
+    """A mock-engine server of our own (to be named in ``--servers NAME=URL``)."""
+    port = free_port()
+    proc = ServiceProcess(f"mock-{port}", [sys.executable, "-m", "server", "--engine", "mock", "--host",
+                                           "127.0.0.1", "--port", str(port), "--mock-ttft-ms", str(ttft_ms),
+                                           "--mock-itl-ms", str(itl_ms)],
+                          local_url(port, "/health"), log_dir / f"mock-{port}.log").start()
+    proc.wait_ready(60)
+    return local_url(port), proc
+
+
+def stream_result(i: int, start: float, ttft: float, itl: float = 0.01, tokens: int = 8, task: str = "qa",
+                  prompt_id: str | None = None, **kw) -> RequestResult:
+    """A scripted stream request: first token after ``ttft`` s, then one every ``itl`` s."""
+    offsets = [ttft + k * itl for k in range(tokens)]
+    kw.setdefault("output_tokens", tokens)
+    kw.setdefault("output_tokens_source", "usage")
+    return RequestResult(request_id=f"r{i}", task=task, api="chat", mode="stream", start_time=start,
+                         end_offset=offsets[-1] + 0.001, token_offsets=offsets,
+                         prompt_id=prompt_id or f"{task}-{i}", status_code=200, **kw)
+
+
+def closed_loop(ttfts, concurrency: int = 1, itl: float = 0.01, tokens: int = 8, t0: float = 1000.0,
+                prompts: int | None = None, **kw) -> list[RequestResult]:
+    """Results of a closed loop: ``concurrency`` users, each sending its next request when one ends."""
+    free = [t0] * concurrency
+    out = []
+    for i, ttft in enumerate(ttfts):
+        user = int(np.argmin(free))
+        r = stream_result(i, free[user], float(ttft), itl, tokens,
+                          prompt_id=None if prompts is None else f"{kw.get('task', 'qa')}-{i % prompts}", **kw)
+        free[user] = r.start_time + r.token_offsets[-1]
+        out.append(r)
+    return out
+
+
+@dataclass
+class ScriptedRun:
+    """A run folder written by hand: ``add`` cells with their results, then ``close``."""
+
+    path: Path
+    manifest: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        write_manifest(self.path, {"command": "scripted", "model": None, "served_model_name": "test",
+                                   **self.manifest})
+
+    def add(self, server: str, task: str, mode: str, concurrency: int, results: list[RequestResult],
+            rate: float | None = None, repeat: int = 0, phase: str = "matrix", status: str = "ok",
+            error: str = "", monitor: list[dict] | None = None) -> Cell:
+        level = f"r{rate:g}" if rate is not None else f"c{concurrency}"
+        prefix = f"{server}/{task}_{mode}_{level}" + (f"_rep{repeat}" if repeat else "") + \
+                 (f"_{phase}" if phase != "matrix" else "")
+        cell = Cell(server=server, task=task, mode=mode, concurrency=concurrency, prefix=prefix, rate=rate,
+                    repeat=repeat, phase=phase, status=status, error=error)
+        if results is not None:
+            write_results(cell.files(self.path).raw_log, results)
+        if monitor:
+            with cell.files(self.path).monitor.open("w", newline="") as out:
+                writer = csv.DictWriter(out, fieldnames=list(monitor[0]))
+                writer.writeheader()
+                writer.writerows(monitor)
+        append_cell(self.path, cell)
+        return cell
+
+
+def read_csv(path: Path) -> list[dict]:
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
