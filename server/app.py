@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import AsyncIterator, Callable
 
 from fastapi import FastAPI, Request
-from fastapi.responses import StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -26,6 +26,7 @@ from llmload.core.sse import DONE_SENTINEL, format_event
 from server.engines import create_engine
 from server.errors import APIError, ClientDisconnected, error_response, install_error_handlers
 from server.limits import RequestLimits
+from server.metrics import ServerMetrics
 from server.engines.base import (Engine, FinishReason, GenerationDelta, PreparedPrompt, PromptTooLong,
                                  SamplingParams)
 from server.protocol import (
@@ -133,13 +134,15 @@ CHAT = APIStyle(
 
 async def serve_generation(style: APIStyle, body: SamplingFields, request: Request):
     """Check, prepare, generate; answer as one JSON body or as an SSE stream."""
+    started = time.perf_counter()
     engine: Engine = request.app.state.engine
     _check_request(engine, body)
     prompt, budget = _prepare(engine, style, body)
     params = _sampling_params(body, budget)
     head = {"id": f"{style.id_prefix}-{uuid.uuid4().hex}", "created": int(time.time()),
             "model": engine.served_model_name}
-    generation = engine.generate(head["id"], prompt, params)
+    generation = request.app.state.metrics.timed(engine.generate(head["id"], prompt, params),
+                                                 engine.served_model_name, started)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return _sse_response(style, head, generation, prompt, include_usage)
@@ -291,6 +294,7 @@ def create_app(settings: ServerSettings | None = None, engine: Engine | None = N
 
     app = FastAPI(title="llmload basic server", version="0.1.0", lifespan=lifespan)
     app.state.settings = settings
+    app.state.metrics = ServerMetrics(lambda: getattr(app.state, "engine", None))
     install_error_handlers(app)
 
     if settings.api_key:
@@ -301,6 +305,12 @@ def create_app(settings: ServerSettings | None = None, engine: Engine | None = N
     @app.get("/health")
     async def health(request: Request) -> dict:
         return {"status": "ok", **request.app.state.engine.info()}
+
+    @app.get("/metrics")
+    async def metrics(request: Request) -> Response:
+        """Prometheus text format (not behind the API key, as ``/health``)."""
+        text, content_type = request.app.state.metrics.render()
+        return Response(text, media_type=content_type)
 
     @app.get("/v1/models")
     async def models(request: Request) -> ModelList:

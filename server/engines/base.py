@@ -57,6 +57,18 @@ class GenerationDelta:
     finish_reason: FinishReason | None = None
 
 
+@dataclass(frozen=True)
+class EngineLoad:
+    """What an engine holds now: requests generating, requests waiting, and its KV cache's use (0..1).
+
+    ``kv_cache_usage`` is None for an engine without a KV cache (the mock).
+    """
+
+    running: int
+    waiting: int
+    kv_cache_usage: float | None = None
+
+
 @dataclass
 class GenerationJob:
     """One request in flight: its inputs, its output queue and its cancellation flag."""
@@ -136,6 +148,12 @@ class Engine(ABC):
                 f"Please reduce the length of the prompt or of max_tokens.")
         return max_tokens
 
+    @abstractmethod
+    def load(self) -> EngineLoad:
+        """Requests running and waiting now, and the KV cache's use (``/metrics``, ``/health``); any thread."""
+
     def info(self) -> dict:
         """What ``/health`` reports about the engine."""
-        return {"engine": self.name, "model": self.served_model_name, "max_model_len": self.max_model_len}
+        load = self.load()
+        return {"engine": self.name, "model": self.served_model_name, "max_model_len": self.max_model_len,
+                "running": load.running, "waiting": load.waiting}

@@ -31,7 +31,7 @@ from transformers.cache_utils import CacheLayerMixin
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from server.engines.base import GenerationJob
+from server.engines.base import EngineLoad, GenerationJob
 from server.engines.naive import NaiveEngine
 from server.engines.sequence import SequenceState, request_generator, sample_next_token
 
@@ -314,10 +314,15 @@ class BatchedEngine(NaiveEngine):
         self._worker = threading.Thread(target=self._run, name="batched-engine", daemon=True)
         self._worker.start()
 
+    def load(self) -> EngineLoad:
+        """Requests in the batch and waiting; KV use: positions held over ``max_num_seqs x max_model_len``."""
+        held = sum(self.cache.lengths) if self.cache else 0
+        return EngineLoad(running=len(self.running), waiting=len(self.waiting) + self._jobs.qsize(),
+                          kv_cache_usage=min(1.0, held / (self.max_num_seqs * self.max_model_len)))
+
     def info(self) -> dict:
-        """``/health``: the naive engine's fields plus the batch cap and what is running and waiting now."""
-        return {**super().info(), "max_num_seqs": self.max_num_seqs, "running": len(self.running),
-                "waiting": len(self.waiting) + self._jobs.qsize(), "prepacked_weights": self.packed_layers,
+        """``/health``: the naive engine's fields plus the batch cap, packing and the KV buffers' size."""
+        return {**super().info(), "max_num_seqs": self.max_num_seqs, "prepacked_weights": self.packed_layers,
                 "kv_cache_mib": round(self.cache.nbytes() / 2**20, 1) if self.cache else 0.0}
 
     # ------------------------------------------------------------------ worker thread

@@ -13,7 +13,7 @@ import asyncio
 import time
 from typing import AsyncIterator
 
-from server.engines.base import Engine, GenerationDelta, PreparedPrompt, SamplingParams
+from server.engines.base import Engine, EngineLoad, GenerationDelta, PreparedPrompt, SamplingParams
 from server.engines.hf_model import render_plain_chat
 
 MOCK_WORDS = ("the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "and", "runs", "far")
@@ -59,5 +59,9 @@ class MockEngine(Engine):
         finally:
             self.running -= 1
 
+    def load(self) -> EngineLoad:
+        """Every request generates at once: none waits, and there is no KV cache."""
+        return EngineLoad(running=self.running, waiting=0)
+
     def info(self) -> dict:
-        return {**super().info(), "ttft_ms": self.ttft * 1000, "itl_ms": self.itl * 1000, "running": self.running}
+        return {**super().info(), "ttft_ms": self.ttft * 1000, "itl_ms": self.itl * 1000}

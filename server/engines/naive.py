@@ -14,7 +14,7 @@ import threading
 import uuid
 from typing import AsyncIterator
 
-from server.engines.base import Engine, GenerationDelta, GenerationJob, PreparedPrompt, SamplingParams
+from server.engines.base import Engine, EngineLoad, GenerationDelta, GenerationJob, PreparedPrompt, SamplingParams
 from server.engines.hf_model import HFModel
 from server.engines.sequence import SequenceState, request_generator, sample_next_token
 
@@ -33,6 +33,7 @@ class NaiveEngine(Engine):
         self._jobs: queue.Queue[GenerationJob | None] = queue.Queue()
         self._worker: threading.Thread | None = None
         self.worker_threads: int | None = None  # torch threads in effect where the model runs (``/health``)
+        self._active_len = 0  # positions (prompt + output) of the request generating now; 0 when idle
 
     def start(self) -> None:
         self.hf.load()
@@ -62,9 +63,15 @@ class NaiveEngine(Engine):
         finally:
             job.cancelled.set()  # no-op when finished; stops the worker at its next step otherwise
 
+    def load(self) -> EngineLoad:
+        """At most one request generates, the others wait in the queue; KV use is its length over the context."""
+        active = self._active_len
+        return EngineLoad(running=1 if active else 0, waiting=self._jobs.qsize(),
+                          kv_cache_usage=min(1.0, active / self.max_model_len))
+
     def info(self) -> dict:
-        """``/health``: the engine's fields, the torch threads its worker computes with, requests queued."""
-        return {**super().info(), "threads": self.worker_threads, "waiting": self._jobs.qsize()}
+        """``/health``: the engine's fields and the torch threads its worker computes with."""
+        return {**super().info(), "threads": self.worker_threads}
 
     # ------------------------------------------------------------------ worker thread
 
@@ -89,6 +96,8 @@ class NaiveEngine(Engine):
             except Exception as exc:  # report to the request, keep serving the others
                 log.exception("generation failed for %s", job.request_id)
                 job.emit(exc)
+            finally:
+                self._active_len = 0
 
     def _generate(self, job: GenerationJob) -> None:
         import torch
@@ -100,6 +109,7 @@ class NaiveEngine(Engine):
         state = SequenceState(hf.tokenizer, job.prompt.token_ids, params, hf.eos_token_ids)
         input_ids = torch.tensor([job.prompt.token_ids], dtype=torch.long)
         cache = DynamicCache()
+        self._active_len = len(job.prompt.token_ids)
         with torch.inference_mode():
             while not state.finished:
                 if job.cancelled.is_set():
@@ -109,6 +119,7 @@ class NaiveEngine(Engine):
                 cache = out.past_key_values
                 token = sample_next_token(out.logits[0, -1], params, generator, state.blocked_token_ids())
                 delta = state.append(token)
+                self._active_len = len(job.prompt.token_ids) + len(state.token_ids)
                 if delta is not None:
                     job.emit(delta)
                 input_ids = torch.tensor([[token]], dtype=torch.long)

@@ -1,4 +1,5 @@
-"""Small HTTP helpers the basic-server tests share: JSON calls, raw SSE streams read strictly, raw sockets.
+"""Small HTTP helpers the basic-server tests share: JSON calls, raw SSE streams read strictly, raw sockets,
+``/metrics`` samples.
 
 The stream reader checks the exact OpenAI wire format instead of tolerating
 variants: every event is one ``data: <json>`` line closed by a blank line, and
@@ -120,3 +121,25 @@ def timed(fn, *args, **kwargs) -> tuple[float, object]:
     start = time.perf_counter()
     result = fn(*args, **kwargs)
     return time.perf_counter() - start, result
+
+
+def scrape(base_url: str) -> dict[str, float]:
+    """Every sample of ``/metrics`` by name, summed over label sets (the text must parse as Prometheus text)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    resp = httpx.get(base_url + "/metrics", timeout=10)
+    assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/plain"), resp.text
+    samples: dict[str, float] = {}
+    for family in text_string_to_metric_families(resp.text):
+        for sample in family.samples:
+            samples[sample.name] = samples.get(sample.name, 0.0) + sample.value
+    return samples
+
+
+def sample_while(base_url: str, busy, seconds: float, every: float = 0.05) -> list[dict[str, float]]:
+    """Scrape ``/metrics`` every ``every`` s while ``busy()`` is true, for at most ``seconds``."""
+    samples, deadline = [], time.monotonic() + seconds
+    while busy() and time.monotonic() < deadline:
+        samples.append(scrape(base_url))
+        time.sleep(every)
+    return samples

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 import httpx
 import pytest
-from server_client import open_raw_request, post_ok, read_until_events, response_text, stream
+from server_client import (open_raw_request, post_ok, read_until_events, response_text, sample_while, scrape,
+                           stream)
 
 from llmload.core.services import ServiceProcess, free_port
 from llmload.targets.basic import basic_server_command
@@ -335,6 +336,27 @@ def test_http_client_disconnect_removes_the_sequence(batched_url):
     while health(batched_url)["running"] and time.monotonic() < deadline:
         time.sleep(0.1)
     assert health(batched_url)["running"] == 0
+
+
+def test_http_metrics_show_the_batch(batched_url):
+    """/metrics under 6 requests with a cap of 4: up to 4 run, the others wait, the KV cache fills and empties."""
+    body = {"prompt": "Once upon a time", "max_tokens": 24, "ignore_eos": True, "temperature": 0}
+    done = []
+    calls = [lambda: done.append(post_ok(batched_url, "/v1/completions", body)) for _ in range(6)]
+    runner = threading.Thread(target=in_threads, args=(calls,))
+    runner.start()
+    seen = sample_while(batched_url, lambda: len(done) < 6 and runner.is_alive(), 120)
+    runner.join(120)
+    assert len(done) == 6
+    running = [s["llmload:num_requests_running"] for s in seen]
+    waiting = [s["llmload:num_requests_waiting"] for s in seen]
+    usage = [s["llmload:kv_cache_usage_perc"] for s in seen]
+    assert 1 < max(running) <= 4 and max(waiting) > 0, (running, waiting)
+    # At most 4 sequences of a few prompt tokens + 24 over 4 x 2048 positions: small, but above zero.
+    assert 0 < max(usage) <= 4 * (16 + 24) / (4 * 2048), usage
+    after = scrape(batched_url)
+    assert [after[f"llmload:{n}"] for n in ("num_requests_running", "num_requests_waiting", "kv_cache_usage_perc")] \
+        == [0, 0, 0]
 
 
 def test_cli_rejects_a_batch_cap_below_one(capsys):
