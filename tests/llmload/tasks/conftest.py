@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from llmload.tasks.build import TokenCounter
+from llmload.tasks.tokens import TokenCounter
 from prompt_copies import write_hf_copies
 
 

@@ -7,11 +7,16 @@ import statistics
 
 import pytest
 
-from llmload.core.paths import TASKS
-from llmload.tasks import build
-from llmload.tasks.build import DEFAULT_MAX_TOKENS, build_datasets, ensure_datasets, render
-from llmload.tasks.sources import DatasetError, load_bundled
-from llmload.core.records import read_records, write_records
+from llmload.core.records import DatasetError, read_records, write_records
+from llmload.tasks import build, default_budgets, default_task_names, get_task
+from llmload.tasks.build import build_datasets, ensure_datasets, render
+
+SEED_TASKS = ("chat", "summarization", "qa", "code")
+DEFAULT_MAX_TOKENS = {"chat": 256, "summarization": 128, "qa": 32, "code": 192}
+
+
+def load_bundled(task: str):
+    return get_task(task).bundled.raw()
 
 
 def chat_count(tokenizer, messages) -> int:
@@ -35,14 +40,14 @@ def assert_valid_set(records, tokenizer, max_model_len: int):
 def bundled_sets(default_model, tmp_path_factory):
     """The four full bundled sets (100 prompts each), built once."""
     notes: list[str] = []
-    built = build_datasets(source="bundled", model=default_model, out_dir=tmp_path_factory.mktemp("bundled"),
-                           progress=False, log=notes.append)
+    built = build_datasets(SEED_TASKS, source="bundled", model=default_model,
+                           out_dir=tmp_path_factory.mktemp("bundled"), progress=False, log=notes.append)
     return {b.task: b for b in built}, notes
 
 
 def test_full_bundled_build_fits_the_context_with_the_real_tokenizer(bundled_sets, tokenizer):
     sets, notes = bundled_sets
-    assert list(sets) == list(TASKS) and not notes
+    assert list(sets) == list(SEED_TASKS) == list(default_task_names()) and not notes
     for task, built in sets.items():
         records = built.records
         assert len(records) == 100 and {r.task for r in records} == {task}
@@ -54,7 +59,7 @@ def test_full_bundled_build_fits_the_context_with_the_real_tokenizer(bundled_set
         assert all(r.metadata["build"] == {"tokenizer": "SmolLM2-135M-Instruct", "max_model_len": 2048, "num": 100,
                                            "seed": 0, "max_tokens": DEFAULT_MAX_TOKENS[task], "source": "bundled"}
                    for r in records)
-    instruction = build.TEMPLATES["qa"].instruction
+    instruction = get_task("qa").template.instruction
     assert all(r.prompt.startswith(instruction) and r.prompt.endswith("\nAnswer:") for r in sets["qa"].records)
     assert all(r.prompt.startswith("User: ") and r.prompt.endswith("\nAssistant:") for r in sets["chat"].records)
     summaries = sets["summarization"].records
@@ -66,7 +71,7 @@ def test_code_prompts_are_humaneval_prompts_under_an_instruction_comment(bundled
     problems = {i.id: i for i in load_bundled("code").items}
     for r in bundled_sets[0]["code"].records:
         original = problems[r.metadata["source_id"]].text
-        assert r.prompt == f"# {build.TEMPLATES['code'].instruction}\n{original}"
+        assert r.prompt == f"# {get_task('code').template.instruction}\n{original}"
         compile(r.prompt + "    pass\n", r.id, "exec")  # still valid Python, ready to continue
         assert original.rstrip("\n") in r.messages[0]["content"] and r.reference == problems[r.metadata[
             "source_id"]].reference
@@ -81,7 +86,7 @@ def test_summary_table_of_the_built_sets(bundled_sets):
         assert summary.input_median == statistics.median(tokens)
         assert summary.max_tokens == str(DEFAULT_MAX_TOKENS[built.task])
     table = build.summary_table(summaries).splitlines()
-    assert len(table) == 2 + len(TASKS)
+    assert len(table) == 2 + len(SEED_TASKS)
     assert [c.strip() for c in table[0].strip("|").split("|")] == list(build.SUMMARY_COLUMNS)
     for line, summary in zip(table[2:], summaries):
         cells = [c.strip() for c in line.strip("|").split("|")]
@@ -95,7 +100,7 @@ def test_same_seed_gives_identical_files_and_a_smaller_num_a_prefix(default_mode
     build_datasets(num=10, seed=7, out_dir=tmp_path / "b", **options)
     other = build_datasets(num=10, seed=8, out_dir=tmp_path / "c", **options)
     small = build_datasets(num=4, seed=7, out_dir=tmp_path / "d", **options)
-    for task, built, other_seed, fewer in zip(TASKS, first, other, small):
+    for task, built, other_seed, fewer in zip(SEED_TASKS, first, other, small):
         assert (tmp_path / "a" / f"{task}.jsonl").read_bytes() == (tmp_path / "b" / f"{task}.jsonl").read_bytes()
         assert [r.id for r in other_seed.records] != [r.id for r in built.records]
         assert [r.id for r in fewer.records] == [r.id for r in built.records[:4]]
@@ -107,7 +112,7 @@ def test_summarization_texts_are_cut_to_fit_a_small_context(default_model, tmp_p
     assert len(built.records) == 6 and all(r.metadata["truncated"] for r in built.records)
     assert_valid_set(built.records, tokenizer, 600)
     originals = {i.id: i.text for i in load_bundled("summarization").items}
-    head = build.TEMPLATES["summarization"].instruction + "\n\n"
+    head = get_task("summarization").template.instruction + "\n\n"
     for r in built.records:
         text = r.prompt[len(head):-len("\n\nSummary:")]
         assert r.prompt.startswith(head) and originals[r.metadata["source_id"]].startswith(text)
@@ -130,13 +135,14 @@ def test_no_usable_prompt_is_an_error_and_writes_nothing(default_model, tmp_path
 
 
 def test_bad_settings_are_clear_errors(default_model, tmp_path):
-    with pytest.raises(DatasetError, match="unknown task"):
+    with pytest.raises(DatasetError, match="unknown task.*poetry: choose from chat, summarization, qa, code"):
         build.parse_tasks("chat,poetry")
     with pytest.raises(DatasetError, match=r"--max-tokens qa=2048: must be at least 1 and below --max-model-len"):
         build.output_budgets({"qa": 2048}, 2048)
     with pytest.raises(DatasetError, match="--num 0"):
         build_datasets("qa", num=0, model=default_model, out_dir=tmp_path)
-    assert build.output_budgets({"qa": 8}, 2048) == {**DEFAULT_MAX_TOKENS, "qa": 8}
+    assert build.output_budgets({"qa": 8}, 2048) == {**default_budgets(), "qa": 8}
+    assert {t: default_budgets()[t] for t in SEED_TASKS} == DEFAULT_MAX_TOKENS
 
 
 def test_ensure_datasets_builds_missing_sets_and_keeps_usable_ones(default_model, tmp_path):
@@ -168,7 +174,7 @@ def test_ensure_datasets_builds_missing_sets_and_keeps_usable_ones(default_model
 
 
 def test_hf_source_builds_all_four_tasks_from_local_copies(default_model, tmp_path, hf_copies, hf_cache, tokenizer):
-    built = build_datasets(source="hf", data_files={t: str(p) for t, p in hf_copies.items()}, num=3,
+    built = build_datasets(SEED_TASKS, source="hf", data_files={t: str(p) for t, p in hf_copies.items()}, num=3,
                            model=default_model, max_model_len=1024, out_dir=tmp_path, progress=False,
                            cache_dir=str(hf_cache))
     sets = {b.task: b.records for b in built}
@@ -190,8 +196,8 @@ def test_hf_source_builds_all_four_tasks_from_local_copies(default_model, tmp_pa
 
 def test_render_gives_both_api_forms():
     prompt, messages = render("qa", "Who wrote Hamlet?")
-    assert prompt == f"{build.TEMPLATES['qa'].instruction}\n\nQuestion: Who wrote Hamlet?\nAnswer:"
-    assert messages == ({"role": "user", "content": f"{build.TEMPLATES['qa'].instruction}\n\n"
+    assert prompt == f"{get_task('qa').template.instruction}\n\nQuestion: Who wrote Hamlet?\nAnswer:"
+    assert messages == ({"role": "user", "content": f"{get_task('qa').template.instruction}\n\n"
                                                     f"Question: Who wrote Hamlet?"},)
     assert render("chat", "hello there") == ("User: hello there\nAssistant:",
                                              ({"role": "user", "content": "hello there"},))

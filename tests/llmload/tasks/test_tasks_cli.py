@@ -64,11 +64,14 @@ def test_build_both_sources_then_keep(tmp_path, default_model, hf_copies):
 @pytest.mark.parametrize("args, fragments", [
     (("--source", "hf", "--tasks", "qa"), ("error: the Hugging Face hub is unreachable (HF_HUB_OFFLINE is set)",
                                            "use --source bundled")),
-    (("--tasks", "chat,poetry"), ("error: unknown task(s) poetry: choose from chat, summarization, qa, code",)),
+    (("--tasks", "chat,poetry"), ("error: argument --tasks: 'poetry' is not one of chat, summarization, qa, code "
+                                  "(in 'chat,poetry')",)),
     (("--tasks", "qa", "--max-tokens", "qa=4096"), ("--max-tokens qa=4096: must be at least 1 and below",)),
     (("--max-tokens", "qa=zero"), ("error: argument --max-tokens", "'zero' is not an integer", "(see --help)")),
-    (("--max-tokens", "poetry=3"), ("is not TASK=N with TASK one of chat, summarization, qa, code",)),
-    (("--num", "0"), ("argument --num: '0' must be at least 1",)),
+    (("--max-tokens", "poetry=3"), ("is not TASK=N with TASK one of chat, summarization, qa, code (see",)),
+    (("--data-files", "prefix=x.json"), ("argument --data-files: 'prefix=x.json' is not TASK=PATH with TASK one of "
+                                         "chat, summarization, qa, code (see --help)",)),
+    (("--num", "0"), ("argument --num: '0' is not an integer >= 1",)),
     (("--source", "web"), ("argument --source: invalid choice: 'web'",)),
 ])
 def test_bad_arguments_are_one_line_errors(tmp_path, default_model, args, fragments):

