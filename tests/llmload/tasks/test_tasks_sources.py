@@ -17,38 +17,48 @@ from llmload.tasks.sources import iter_json_array
 
 from prompt_copies import write_jsonl
 
-# ------------------------------------------------------------------ streaming JSON array
+# ------------------------------------------------------------------ streaming JSON array (ijson)
+
+BACKENDS = ("yajl2_c", "python")
 
 
-@pytest.mark.parametrize("chunk", [1, 7, 1 << 20])
-def test_iter_json_array_reads_every_element_across_chunk_boundaries(chunk):
-    elements = [{"id": i, "text": "x" * i + "\u00e9\"\\", "nested": [{"a": [1, 2, {"b": None}]}]} for i in range(40)]
+def stream(text: str) -> io.BytesIO:
+    return io.BytesIO(text.encode("utf-8"))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_iter_json_array_reads_every_element(backend):
+    elements = [{"id": i, "text": "x" * i + "\u00e9\"\\", "score": i / 4, "nested": [{"a": [1, 2, {"b": None}]}]}
+                for i in range(40)]
     text = json.dumps(elements, indent=2)
-    assert list(iter_json_array(io.StringIO(text), chunk_chars=chunk)) == elements
+    assert list(iter_json_array(stream(text), backend=backend)) == elements
+    assert list(iter_json_array(stream(json.dumps(elements * 400)), backend=backend)) == elements * 400  # > 64 KiB
 
 
-@pytest.mark.parametrize("chunk", [5, 1 << 20])
-def test_iter_json_array_keeps_the_complete_elements_of_a_file_cut_short(chunk):
-    elements = [{"id": i, "conversations": [{"from": "human", "value": "hello " * i}]} for i in range(10)]
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_iter_json_array_keeps_the_complete_elements_of_a_file_cut_short(backend):
+    elements = [{"id": i, "ok": True, "conversations": [{"from": "human", "value": "hello " * i}]} for i in range(10)]
     text = json.dumps(elements)
-    for cut in (len(text) - 2, len(text) - 15, text.index('{"id": 9') + 3, text.index('{"id": 9') - 2):
-        assert list(iter_json_array(io.StringIO(text[:cut]), chunk_chars=chunk)) == elements[:9]
-    assert list(iter_json_array(io.StringIO(text[:-1]), chunk_chars=chunk)) == elements  # only ']' missing
+    last = text.index('{"id": 9')
+    for cut in (len(text) - 2, len(text) - 15, last + 3, last - 2, last + 14, text.index("true", last) + 2):
+        assert list(iter_json_array(stream(text[:cut]), backend=backend)) == elements[:9], cut
+    assert list(iter_json_array(stream(text[:-1]), backend=backend)) == elements  # only ']' missing
 
 
 @pytest.mark.parametrize("text, message", [
     ('{"a": 1}', "not a JSON array"),
     ("", "not a JSON array"),
-    ('[{"a": 1}, {"a": tru}, {"a": 3}]', "Expecting"),
-    ('[{"a": 1} {"a": 2}]', "expected ',' or ']'"),
+    ('[{"a": 1}, {"a": tru}, {"a": 3}]', "invalid"),
+    ('[{"a": 1} {"a": 2}]', "expect ',' or ']'"),
+    ('[{"a": 1}, {"a": 2}] ]', "trailing garbage"),
 ])
 def test_iter_json_array_reports_malformed_input(text, message):
     with pytest.raises(ValueError, match=message):
-        list(iter_json_array(io.StringIO(text), chunk_chars=4))
+        list(iter_json_array(stream(text)))
 
 
 def test_iter_json_array_empty_array():
-    assert list(iter_json_array(io.StringIO(" [ ] "))) == []
+    assert list(iter_json_array(stream(" [ ] "))) == []
 
 
 # ------------------------------------------------------------------ bundled packages (real data)
@@ -58,7 +68,7 @@ def test_sharegpt_file_is_cut_short_and_read_to_its_last_complete_conversation()
     path = sources.package_file(sources.SHAREGPT_PACKAGE, sources.SHAREGPT_PIP, sources.SHAREGPT_FILE)
     with pytest.raises(json.JSONDecodeError):  # the packaged file really is truncated
         json.loads(path.read_text(encoding="utf-8"))
-    with path.open(encoding="utf-8") as handle:
+    with path.open("rb") as handle:
         conversations = list(iter_json_array(handle))
     assert 17_000 < len(conversations) < 18_500
     assert all(isinstance(c.get("conversations"), list) for c in conversations)
