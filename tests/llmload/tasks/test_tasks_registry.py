@@ -48,19 +48,25 @@ def haiku(tmp_path):
     unregister("haiku")
 
 
-def test_the_suite_declares_four_tasks_all_in_the_default_matrix():
-    assert task_names() == default_task_names() == hub_task_names() == ("chat", "summarization", "qa", "code")
-    assert default_budgets() == {"chat": 256, "summarization": 128, "qa": 32, "code": 192}
+def test_the_suite_declares_seven_tasks_four_in_the_default_matrix():
+    assert task_names() == ("chat", "summarization", "qa", "code", "synthetic", "prefix", "conversation")
+    assert default_task_names() == ("chat", "summarization", "qa", "code")
+    assert hub_task_names() == ("chat", "summarization", "qa", "code")
+    assert default_budgets() == {"chat": 256, "summarization": 128, "qa": 32, "code": 192, "synthetic": 128,
+                                 "prefix": 64, "conversation": 128}
     for task in all_tasks():
-        assert task.locustfile == REPO_ROOT / "locustfiles" / f"{task.name}.py" and not task.generated
-        source = task.locustfile.read_text()
-        assert f'task_name = "{task.name}"' in source and len(source.splitlines()) <= 12
+        assert task.locustfile == REPO_ROOT / "locustfiles" / f"{task.name}.py"
+        assert task.generated == (task.name in ("synthetic", "prefix", "conversation"))
+    for name in ("chat", "summarization", "qa", "code", "synthetic", "prefix"):
+        source = get_task(name).locustfile.read_text()
+        assert f'task_name = "{name}"' in source and len(source.splitlines()) <= 12
 
 
 def test_unknown_task_is_one_line_listing_the_known_ones():
     with pytest.raises(DatasetError) as caught:
         get_task("poetry")
-    assert str(caught.value) == "unknown task 'poetry': choose from chat, summarization, qa, code"
+    assert str(caught.value) == ("unknown task 'poetry': choose from chat, summarization, qa, code, synthetic, "
+                                 "prefix, conversation")
 
 
 def test_declarations_that_cannot_work_are_refused(tmp_path):

@@ -228,3 +228,7 @@ def test_source_resolution(monkeypatch):
         build.resolve_source_kinds(["chat"], "hf", {}, notes.append)
     with pytest.raises(DatasetError, match="unknown task 'poetry'"):
         build.resolve_source_kinds(["chat"], "bundled", {"poetry": "x"}, notes.append)
+    with pytest.raises(DatasetError, match="--data-files synthetic=...: the synthetic task has no Hugging Face"):
+        build.resolve_source_kinds(["synthetic"], "bundled", {"synthetic": "x"}, notes.append)
+    # tasks without a hub dataset keep their own source, whatever --source says
+    assert build.resolve_source_kinds(["conversation"], "hf", {}, notes.append) == {"conversation": "bundled"}
