@@ -1,6 +1,7 @@
 """Resource monitor CLI: sample into a CSV until SIGINT/SIGTERM or ``--duration``.
 
     python -m monitors --out results/run/monitor.csv --server-pid 1234 --interval 0.5 --duration 60
+    python -m monitors --out monitor.csv --server-pid 1234 --metrics-url http://localhost:8000/metrics
 
 The client (load generator) tree defaults to this command's parent process.
 Column meanings: see :mod:`monitors.sampler`.
@@ -16,33 +17,28 @@ import threading
 
 import psutil
 
+from llmload.core.cliargs import positive_float, positive_int
 from monitors.gpu import open_gpu_probe
 from monitors.sampler import _READY, Sampler, notify_stderr, record
-
-
-def _positive(kind):
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-        return value
-    return parse
+from monitors.server_metrics import MetricsProbe
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m monitors", description=__doc__.split("\n\n")[0].replace("``", ""))
     parser.add_argument("--out", required=True, help="CSV file to write (overwritten)")
-    parser.add_argument("--server-pid", type=_positive(int), help="server whose process tree is measured")
-    parser.add_argument("--client-pid", type=_positive(int),
+    parser.add_argument("--server-pid", type=positive_int, help="server whose process tree is measured")
+    parser.add_argument("--client-pid", type=positive_int,
                         help="load generator whose process tree's CPU is measured (default: the parent process)")
-    parser.add_argument("--interval", type=_positive(float), default=0.5, help="seconds between samples (default: %(default)s)")
-    parser.add_argument("--duration", type=_positive(float), help="stop after this many seconds (default: on signal)")
+    parser.add_argument("--metrics-url", metavar="URL",
+                        help="the server's Prometheus /metrics (vLLM or the basic server), read at each interval "
+                             "into the server_running, server_waiting, server_kv_cache_pct, "
+                             "server_prefix_cache_hit_pct and server_ttft_mean_ms columns (default: none, empty)")
+    parser.add_argument("--interval", type=positive_float, default=0.5,
+                        help="seconds between samples (default: %(default)s)")
+    parser.add_argument("--duration", type=positive_float, help="stop after this many seconds (default: on signal)")
     # Set by monitors.sampler.start_monitor: print a ready line, stop when that PID ends,
     # and treat PIDs that are already gone as a notice, not an error.
-    parser.add_argument("--managed-by", type=_positive(int), help=argparse.SUPPRESS)
+    parser.add_argument("--managed-by", type=positive_int, help=argparse.SUPPRESS)
     # Set by start_monitor after its first monitor in a process: the "no GPU" notice was already shown.
     parser.add_argument("--no-gpu-notice", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -77,8 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     gpu, reason = open_gpu_probe()
     if gpu is None and not args.no_gpu_notice:
         notify_stderr(f"no GPU metrics: {reason}; GPU columns are left empty")
+    metrics = MetricsProbe(args.metrics_url, args.interval, notify_stderr) if args.metrics_url else None
     sampler = Sampler(server_pid=args.server_pid, client_pid=args.client_pid or os.getppid(),
-                      gpu=gpu, exclude_pids={os.getpid()})
+                      gpu=gpu, exclude_pids={os.getpid()}, server_metrics=metrics)
 
     def ready() -> None:
         if args.managed_by:
@@ -97,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if gpu:
             gpu.close()
+        if metrics:
+            metrics.close()
     return 0
 
 

@@ -24,10 +24,17 @@ CSV columns (wide format; empty cell = not measured)::
     gpu_used_mib, gpu_total_mib    summed over GPUs
     gpu_util_pct          mean utilisation over GPUs
     server_gpu_mib        the server tree's memory over all GPUs (NVML per-process lists)
+    server_running, server_waiting   requests running / waiting, from the server's /metrics (metrics_url)
+    server_kv_cache_pct   the server's KV-cache use, 0-100
+    server_prefix_cache_hit_pct   prefix-cache hits over queries since the previous scrape (vLLM)
+    server_ttft_mean_ms   mean time to first token of the requests whose first token came since the
+                          previous scrape (the server's TTFT histogram)
     gpu{i}_used_mib, gpu{i}_total_mib, gpu{i}_util_pct, gpu{i}_server_mib   per GPU i
 
 Without a GPU or NVML the ``gpu_*``/``server_gpu_mib`` columns are present and
-empty, the per-GPU columns absent, and one notice goes to stderr.
+empty, the per-GPU columns absent, and one notice goes to stderr. The server
+metric columns are empty without ``metrics_url``, where the server has no such
+metric, and while its ``/metrics`` fails (one notice; :mod:`monitors.server_metrics`).
 
 :func:`read_monitor` and :func:`peak_usage` are the one place the reports get
 resource figures from.
@@ -52,6 +59,7 @@ from collections.abc import Callable, Iterable
 import psutil
 
 from monitors.gpu import MIB, GpuProbe, GpuReading
+from monitors.server_metrics import METRIC_COLUMNS, MetricsProbe
 
 BASE_COLUMNS = [
     "timestamp", "elapsed_s",
@@ -59,11 +67,13 @@ BASE_COLUMNS = [
     "server_procs", "server_rss_mib", "server_cpu_pct",
     "client_procs", "client_cpu_pct",
     "gpu_count", "gpu_used_mib", "gpu_total_mib", "gpu_util_pct", "server_gpu_mib",
+    *METRIC_COLUMNS,
 ]
 PER_GPU_FIELDS = ("used_mib", "total_mib", "util_pct", "server_mib")
 #: What :func:`peak_usage` returns (the summary table's resource columns).
 PEAK_KEYS = ("peak_gpu_used_mib", "peak_server_gpu_mib", "peak_server_rss_mib", "peak_host_used_mib",
-             "mean_client_cpu_pct")
+             "mean_client_cpu_pct", "peak_server_running", "peak_server_waiting", "peak_server_kv_cache_pct",
+             "mean_server_prefix_cache_hit_pct")
 
 _REPO_ROOT = Path(__file__).resolve().parent.parent
 _READY = "monitor-ready"
@@ -188,16 +198,18 @@ class Sampler:
     """Builds one CSV row per call to :meth:`sample`.
 
     ``gpu`` is a :class:`monitors.gpu.GpuProbe` or None (no NVML: GPU columns
-    empty). ``exclude_pids`` (the monitor itself) are left out of both trees;
+    empty); ``server_metrics`` a :class:`monitors.server_metrics.MetricsProbe`
+    or None. ``exclude_pids`` (the monitor itself) are left out of both trees;
     the server tree is always left out of the client's.
     """
 
     def __init__(self, server_pid: int | None = None, client_pid: int | None = None,
                  gpu: GpuProbe | None = None, exclude_pids: Iterable[int] = (),
-                 notify: Callable[[str], None] = notify_stderr):
+                 notify: Callable[[str], None] = notify_stderr, server_metrics: MetricsProbe | None = None):
         self.server = ProcessTree(server_pid) if server_pid else None
         self.client = ProcessTree(client_pid) if client_pid else None
         self.gpu = gpu
+        self.server_metrics = server_metrics
         self.exclude_pids = set(exclude_pids)
         self.notify = notify
         self.columns = BASE_COLUMNS + gpu_columns(gpu.count if gpu else 0)
@@ -246,6 +258,8 @@ class Sampler:
             for notice in self.gpu.notices:
                 self.notify(notice)
             self.gpu.notices.clear()
+        if self.server_metrics:
+            row.update(self.server_metrics.read())
         return row
 
     @staticmethod
@@ -355,24 +369,30 @@ _started_in_this_process = False
 
 
 def monitor_command(out_csv_path: str | os.PathLike, server_pid: int | None = None, interval: float = 0.5,
-                    client_pid: int | None = None, gpu_notice: bool = True) -> list[str]:
+                    client_pid: int | None = None, gpu_notice: bool = True,
+                    metrics_url: str | None = None) -> list[str]:
     """The ``python -m monitors`` command :func:`start_monitor` runs."""
     cmd = [sys.executable, "-m", "monitors", "--out", str(out_csv_path), "--interval", str(interval),
            "--client-pid", str(client_pid or os.getpid()), "--managed-by", str(os.getpid())]
     if server_pid:
         cmd += ["--server-pid", str(server_pid)]
+    if metrics_url:
+        cmd += ["--metrics-url", metrics_url]
     if not gpu_notice:
         cmd.append("--no-gpu-notice")
     return cmd
 
 
 def start_monitor(out_csv_path: str | os.PathLike, server_pid: int | None = None, interval: float = 0.5,
-                  client_pid: int | None = None, ready_timeout: float = 30.0) -> MonitorHandle:
+                  client_pid: int | None = None, ready_timeout: float = 30.0,
+                  metrics_url: str | None = None) -> MonitorHandle:
     """Start sampling into ``out_csv_path`` in a separate process; returns once the CSV header is written.
 
     ``server_pid``: the server whose process tree (PID and descendants) is
     measured; ``client_pid``: the load generator (default: this process, less
-    the monitor and the server tree). The monitor also ends by itself if this
+    the monitor and the server tree); ``metrics_url``: the server's Prometheus
+    ``/metrics``, read into the ``server_*`` metric columns at each interval
+    (vLLM's and the basic server's names). The monitor also ends by itself if this
     process dies. Only the first monitor a process starts shows the "no GPU
     metrics" notice (a runner starts one per matrix cell).
     """
@@ -382,7 +402,8 @@ def start_monitor(out_csv_path: str | os.PathLike, server_pid: int | None = None
     out_path = Path(out_csv_path)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_REPO_ROOT), env.get("PYTHONPATH")) if p)
-    command = monitor_command(out_path, server_pid, interval, client_pid, gpu_notice=not _started_in_this_process)
+    command = monitor_command(out_path, server_pid, interval, client_pid, gpu_notice=not _started_in_this_process,
+                              metrics_url=metrics_url)
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env)
     handle = MonitorHandle(process, out_path)
     ready, _, _ = select.select([process.stdout], [], [], ready_timeout)
@@ -414,12 +435,15 @@ def read_monitor(path: str | os.PathLike):
 
 
 def peak_usage(frame) -> dict[str, float | None]:
-    """Resource figures of one run: peaks (MiB) over the samples and the client's mean CPU percent.
+    """Resource figures of one run (:data:`PEAK_KEYS`): peaks over the samples and a few means.
 
     ``peak_gpu_used_mib``: all GPUs' used memory, summed per sample;
     ``peak_server_gpu_mib``: the server tree's GPU memory; ``peak_server_rss_mib``:
     the server tree's RSS; ``peak_host_used_mib``: system memory used;
-    ``mean_client_cpu_pct``: load generator CPU (100 = one core). None where not measured.
+    ``mean_client_cpu_pct``: load generator CPU (100 = one core);
+    ``peak_server_running``, ``peak_server_waiting``, ``peak_server_kv_cache_pct``:
+    from the server's metrics; ``mean_server_prefix_cache_hit_pct``: the mean of
+    the per-interval hit rates. None where not measured.
     """
     def stat(column: str, how: str) -> float | None:
         if column not in frame.columns:
@@ -435,4 +459,8 @@ def peak_usage(frame) -> dict[str, float | None]:
         "peak_server_rss_mib": stat("server_rss_mib", "max"),
         "peak_host_used_mib": stat("host_used_mib", "max"),
         "mean_client_cpu_pct": stat("client_cpu_pct", "mean"),
+        "peak_server_running": stat("server_running", "max"),
+        "peak_server_waiting": stat("server_waiting", "max"),
+        "peak_server_kv_cache_pct": stat("server_kv_cache_pct", "max"),
+        "mean_server_prefix_cache_hit_pct": stat("server_prefix_cache_hit_pct", "mean"),
     }

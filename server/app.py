@@ -285,6 +285,7 @@ def create_app(settings: ServerSettings | None = None, engine: Engine | None = N
         if engine is None or not engine_started:
             await asyncio.to_thread(active.start)
         app.state.engine = active
+        app.state.metrics.started(active)
         log.info("engine %s ready: model %s, max_model_len %d", active.name, active.served_model_name,
                  active.max_model_len)
         try:

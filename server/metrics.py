@@ -57,6 +57,10 @@ class ServerMetrics:
         self.ttft = Histogram(PREFIX + "time_to_first_token_seconds", "Histogram of time to first token in seconds.",
                               labelnames=["model_name"], buckets=TTFT_BUCKETS, registry=self.registry)
 
+    def started(self, engine: Engine) -> None:
+        """Create the engine's series, so that the histogram reads 0 before the first request (as vLLM's)."""
+        self.ttft.labels(engine.served_model_name)
+
     def render(self) -> tuple[bytes, str]:
         """The exposition text and its content type."""
         return generate_latest(self.registry), CONTENT_TYPE_LATEST

@@ -56,8 +56,9 @@ def test_signal_ends_the_run_cleanly(tmp_path, signum):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--interval", "0"], "argument --interval: must be > 0, got 0"),
-    (["--duration", "soon"], "argument --duration: not a number: 'soon'"),
+    (["--interval", "0"], "argument --interval: '0' is not a number > 0"),
+    (["--duration", "soon"], "argument --duration: 'soon' is not a number > 0"),
+    (["--server-pid", "-3"], "argument --server-pid: '-3' is not an integer >= 1"),
     (["--server-pid", str(int(Path("/proc/sys/kernel/pid_max").read_text()) + 1)], "no such process"),
 ])
 def test_bad_input_is_one_line(tmp_path, args, message):
