@@ -100,6 +100,8 @@ class LoadPlugin:
         self.completed = 0  # results that count toward --requests (warm-up included, lost ones not)
         self.finishing = False
         self.lag_warned = False
+        self.no_server_said = False
+        self.stop_signalled = False
         self._model = AsyncResult()
         self._model_lookup: gevent.Greenlet | None = None
         self._prompts: dict[Path, list[PromptRecord]] = {}
@@ -172,10 +174,12 @@ class LoadPlugin:
     def on_test_start(self) -> None:
         # Workers get the master's options just before test_start: read them again.
         self.settings = LoadSettings.from_options(self.environment.parsed_options)
-        self.completed, self.finishing, self.lag_warned = 0, False, False
+        self.completed, self.finishing, self.lag_warned, self.no_server_said = 0, False, False, False
         self._first_result_at, self._successes = None, 0
-        # SIGTERM does what Ctrl-C does (one orderly shutdown), instead of Locust's handler, which exits twice.
-        signal.signal(signal.SIGTERM, signal.default_int_handler)
+        # SIGTERM and Ctrl-C: one orderly stop (Locust's own SIGTERM handler exits twice and prints a
+        # SystemExit traceback; a KeyboardInterrupt lands in whichever user greenlet is running).
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self._on_stop_signal)
         if self.is_worker:
             return
         self.board = LiveBoard()
@@ -200,7 +204,7 @@ class LoadPlugin:
             self.raw_log.flush()
         self.stop_monitor()
         self.write_summary()
-        self._check_no_server()
+        self._check_no_server(at_stop=True)
 
     def on_quit(self) -> None:
         if self.is_worker:
@@ -224,6 +228,19 @@ class LoadPlugin:
         path = Path(tempfile.gettempdir()) / f"llmload-{os.getpid()}_requests.jsonl"
         log.info(f"llmload: raw log {path} (give --csv PREFIX or --raw-log PATH to keep it elsewhere)")
         return path
+
+    def _on_stop_signal(self, signum, _frame) -> None:
+        if self.stop_signalled:
+            if signum == signal.SIGINT:  # a second Ctrl-C: what is on disk stays, the rest is dropped
+                if self.raw_log is not None:
+                    self.raw_log.flush()
+                log.warning("llmload: second Ctrl-C: stopping at once")
+                os._exit(130)
+            return  # a repeated SIGTERM (e.g. from a process group and a parent): already stopping
+        self.stop_signalled = True
+        log.info(f"llmload: got {signal.Signals(signum).name}, stopping (Ctrl-C again to stop at once)")
+        self.finishing = True
+        gevent.spawn(self.runner.quit)
 
     def _spawn(self, function, *args) -> None:
         self._greenlets.append(gevent.spawn(function, *args))
@@ -442,22 +459,20 @@ class LoadPlugin:
         down = self.board.unreachable_so_far()
         return f"; the server was unreachable for {down:.1f} s" if down >= 0.05 else ""
 
-    def _check_no_server(self) -> None:
-        """Stop a run in which the server refused every request for NO_SERVER_S, with one line saying what to do."""
-        if self.finishing or self._successes or self._first_result_at is None:
+    def _check_no_server(self, at_stop: bool = False) -> None:
+        """One line saying what to do when the server refused every request; stop the run after NO_SERVER_S."""
+        if self.no_server_said or self._successes or self._first_result_at is None:
             return
-        if time.time() - self._first_result_at < NO_SERVER_S and self.runner.state not in ("stopping", "stopped"):
+        if self.board.unreachable_so_far() <= 0:
+            return  # failures of another kind: the server is there
+        if not at_stop and time.time() - self._first_result_at < NO_SERVER_S:
             return
-        down = self.board.unreachable_so_far()
-        if down <= 0:
-            return
-        host = self.environment.host or "the host"
-        log.error(f"error: no server answered at {host} (connection refused): start it first (python -m server "
-                  "--port 8000, or python -m server.vllm_launcher), or point -H at it")
-        self.environment.process_exit_code = 2
+        self.no_server_said = True
+        log.error(f"error: no server answered at {self.environment.host or 'the host'} (connection refused): start "
+                  "it first (python -m server --port 8000, or python -m server.vllm_launcher), or point -H at it")
         if not self.finishing:
             self.finishing = True
-            gevent.spawn(self._finish, "no server")
+            gevent.spawn(self._finish, f"nothing answered for {NO_SERVER_S:.0f} s")
 
     def write_summary(self) -> Path | None:
         """Write ``<prefix>_summary.json``: the run's figures, so scripts need not parse the summary line."""

@@ -10,7 +10,9 @@ address: Locust forwards the master's custom options (here --dataset, --mode,
 from __future__ import annotations
 
 import subprocess
+import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -64,3 +66,43 @@ def test_master_and_two_workers(mock_server, tmp_path):
     assert float(total["Average Response Time"]) == pytest.approx(s.get("e2e", "mean") * 1000, abs=0.01)
     assert abs(s.get("ttft", "mean") * 1000 - 200) < 40 and abs(s.get("tpot", "mean") * 1000 - 20) < 3
 
+
+
+def test_a_lost_worker_returns_its_tickets_and_the_run_still_ends(tmp_path, server_factory):
+    """kill -9 one of two workers mid-run: the master says so in one line, records its requests in flight as
+    lost, gives their tickets to the other worker and ends by --requests; raw log and Locust's stats agree."""
+    url = server_factory("mock", "--mock-ttft-ms", "100", "--mock-itl-ms", "20")
+    prompts = write_prompts(tmp_path / "chat.jsonl")
+    prefix = tmp_path / "lost"
+    port = free_port()
+    worker_cmd = locust_command("chat.py", url, "--worker", "--master-host", "127.0.0.1", "--master-port", str(port))
+    master = subprocess.Popen(locust_command("chat.py", url, "--master", "--headless", "--only-summary",
+                                             "--expect-workers", "2", "--master-bind-host", "127.0.0.1",
+                                             "--master-bind-port", str(port), "-u", "8", "-r", "8", "-t", "120s",
+                                             "--csv", str(prefix), "--requests", "120", "--max-tokens", "10",
+                                             "--ignore-eos", "--dataset", str(prompts)),
+                              cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    workers = [subprocess.Popen(worker_cmd, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+               for _ in range(2)]
+    try:
+        raw = Path(f"{prefix}_requests.jsonl")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (not raw.is_file() or raw.read_text().count("\n") < 20):
+            time.sleep(0.2)
+        workers[0].kill()  # SIGKILL: no goodbye to the master
+        started = time.monotonic()
+        out, _ = master.communicate(timeout=90)
+        took = time.monotonic() - started
+    finally:
+        for proc in (master, *workers):
+            if proc.poll() is None:
+                proc.kill()
+    assert master.returncode == 1, out[-3000:]  # the lost requests are failures
+    lost_lines = [line for line in out.splitlines() if "was lost with" in line]
+    assert len(lost_lines) == 1 and "recorded as lost, their tickets returned" in lost_lines[0], out[-3000:]
+    results = read_results(raw)
+    lost = [r for r in results if "lost" in r.flags]
+    assert 1 <= len(lost) <= 8 and all(not r.success and "disappeared" in r.error for r in lost)
+    assert len(results) - len(lost) == 120 and took < 60  # --requests real answers, after the loss too
+    total = read_stats(prefix)[("", "Aggregated")]
+    assert int(total["Request Count"]) == len(results) and int(total["Failure Count"]) == len(lost)

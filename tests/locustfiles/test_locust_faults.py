@@ -4,14 +4,19 @@ and the run goes on to its end (the scripted server rotates through good answers
 from __future__ import annotations
 
 import importlib.util
+import json
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from locust_helpers import output, read_failures, read_stats, run_locust, serving, write_prompts
+from locust_helpers import locust_command, output, read_failures, read_stats, run_locust, serving, write_prompts
+from llmload.core.paths import REPO_ROOT
 from llmload.core.rawlog import read_results
-from llmload.core.services import free_port
+from llmload.core.services import ServiceProcess, free_port, local_url
+from llmload.targets.basic import basic_server_command
 
 FAULT_SERVER = Path(__file__).resolve().parents[1] / "llmload" / "core" / "fault_server.py"
 _spec = importlib.util.spec_from_file_location("loadgen_fault_server", FAULT_SERVER)
@@ -79,5 +84,75 @@ def test_connection_refused_fails_each_request_and_the_run_ends(tmp_path):
     assert len(results) == 4 and not any(r.success for r in results)
     # without --model the first failure is the model lookup; the message says what happened and what to do
     assert all("connection refused by 127.0.0.1:" in r.error for r in results), [r.error for r in results]
-    assert "pass --model" in results[0].error
+    assert all("unreachable" in r.flags for r in results) and "pass --model" in results[0].error
     assert "connection refused by 127.0.0.1:" in log  # in Locust's error report too
+    assert f"error: no server answered at {host} (connection refused): start it first" in log
+
+
+def test_no_server_backs_off_and_ends_the_run_with_one_line(tmp_path):
+    """Without --requests or -t a dead server still ends the run, after NO_SERVER_S, and is not flooded."""
+    prompts = write_prompts(tmp_path / "chat.jsonl")
+    raw = tmp_path / "dead_requests.jsonl"
+    host = f"http://127.0.0.1:{free_port()}"
+    started = time.monotonic()
+    proc = run_locust("chat.py", host, "-u", "8", "-r", "8", "--raw-log", str(raw), "--dataset", str(prompts),
+                      "--model", "m", timeout=60)
+    took = time.monotonic() - started
+    log = output(proc)
+    assert proc.returncode == 1 and "Traceback" not in log, log[-3000:]
+    lines = [line for line in log.splitlines() if "error: no server answered" in line]
+    assert len(lines) == 1 and f"at {host} (connection refused)" in lines[0]
+    results = read_results(raw)
+    # each user backs off 50 ms, 100 ms, ... up to 1 s between attempts: about a dozen each in 10 s, not thousands
+    assert 8 <= len(results) <= 8 * 25 and took < 40, (len(results), took)
+    assert all("unreachable" in r.flags and not r.success for r in results)
+
+
+def test_an_outage_mid_run_is_measured_and_the_run_goes_on(tmp_path):
+    """The server stops for about 3 s and comes back on the same port: the summary says how long it was down."""
+    prompts = write_prompts(tmp_path / "chat.jsonl")
+    prefix = tmp_path / "outage"
+    port = free_port()
+    command = basic_server_command("mock", port, extra=["--mock-ttft-ms", "20", "--mock-itl-ms", "5"])
+
+    def start_server(name: str) -> ServiceProcess:
+        server = ServiceProcess(name, command, local_url(port, "/health"), tmp_path / f"{name}.log").start()
+        server.wait_ready(60)
+        return server
+
+    servers = [start_server("before")]
+    locust = subprocess.Popen(locust_command("chat.py", local_url(port), "--headless", "--only-summary",
+                                             "-u", "2", "-r", "2", "-t", "12s", "--csv", str(prefix),
+                                             "--dataset", str(prompts), "--max-tokens", "4"),
+                              cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        time.sleep(3)
+        servers[0].stop()
+        time.sleep(3)
+        servers.append(start_server("after"))
+        log, _ = locust.communicate(timeout=60)
+    finally:
+        if locust.poll() is None:
+            locust.kill()
+        for server in servers:
+            server.stop()
+    summary = json.loads(Path(f"{prefix}_summary.json").read_text())
+    assert 2.0 <= summary["unreachable_s"] <= 6.0, summary["unreachable_s"]
+    results = read_results(f"{prefix}_requests.jsonl")
+    assert sum(r.success for r in results) > 20 and any("unreachable" in r.flags for r in results)
+    assert "the server was unreachable for" in log and "Traceback" not in log
+
+
+def test_a_usage_of_zero_beside_generated_text_is_flagged_and_counted_from_the_chunks(fault_server, tmp_path):
+    prompts = write_prompts(tmp_path / "chat.jsonl")
+    raw = tmp_path / "zero_requests.jsonl"
+    for mode in ("stream", "sync"):
+        proc = run_locust("chat.py", fault_server, "-u", "1", "-r", "1", "--requests", "2", "--model", "zerousage",
+                          "--mode", mode, "--raw-log", str(raw), "--dataset", str(prompts))
+        assert proc.returncode == 0, output(proc)[-2000:]
+        results = read_results(raw)
+        assert len(results) == 2 and all(r.success and "usage_zero" in r.flags for r in results)
+        if mode == "stream":
+            assert all(r.output_tokens == 3 and r.output_tokens_source == "chunks" for r in results)
+        else:  # no chunks to count: the count stays the server's, flagged, for the report to reconcile
+            assert all(r.output_tokens == 0 and r.output_text == "".join(_fault_module.TOKENS) for r in results)

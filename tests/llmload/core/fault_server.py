@@ -11,6 +11,7 @@ The request body's ``model`` picks the behaviour (``cycle`` rotates through
 * ``midstream``: one token, then ``data: {"error": ...}`` in the HTTP 200 stream
 * ``stall``: one token, then silence for 30 s (a client time-out)
 * ``drop``: one token, then the connection is closed mid-body
+* ``zerousage`` (not in the cycle): three tokens and a usage of 0 completion tokens
 
 Run it standalone (``python fault_server.py --port P``) or in a thread
 (:func:`start_in_thread`). ``last_headers`` keeps the last request's headers and
@@ -106,6 +107,21 @@ class FaultHandler(BaseHTTPRequestHandler):
             time.sleep(0.02)
             self.token(text)
         self.event({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": len(TOKENS)}})
+        self.event("[DONE]")
+        self.end_stream()
+
+    def do_zerousage(self, body) -> None:
+        """Three tokens, but a usage that says 0 completion tokens (a server that under-reports)."""
+        if not body.get("stream"):
+            text = "".join(TOKENS)
+            choice = {"index": 0, "message": {"role": "assistant", "content": text}} if self.api == "chat" \
+                else {"index": 0, "text": text}
+            self.send_json(200, {"choices": [choice], "usage": {"prompt_tokens": 3, "completion_tokens": 0}})
+            return
+        self.start_stream()
+        for text in TOKENS:
+            self.token(text)
+        self.event({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 0}})
         self.event("[DONE]")
         self.end_stream()
 
