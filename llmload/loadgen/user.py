@@ -34,6 +34,7 @@ from llmload.core.records import DatasetError, PromptRecord
 from llmload.core.transport import HTTPTransport
 from llmload.loadgen.budget import Ticket
 from llmload.loadgen.plugin import plugin_for
+from llmload.tasks.generated import conversation_messages
 
 log = logging.getLogger("llmload")
 
@@ -127,16 +128,16 @@ class ConversationUser(LLMUser):
 
     def play(self, record: PromptRecord, ticket: Ticket) -> None:
         turns = record.turns or tuple(m["content"] for m in record.messages if m.get("role") == "user")[:1]
-        history: list[dict] = [m for m in record.messages if m.get("role") == "system"]
-        for index, text in enumerate(turns):
+        answers: list[str] = []
+        for index in range(len(turns)):
             if index:
                 follow_up = self.plugin.acquire(scheduled=False)
                 if follow_up is None:
                     self.exhausted = True
                     return
                 ticket = Ticket(follow_up.index, None, ticket.warmup)
-            history.append({"role": "user", "content": text})
-            result = self.send(record, ticket, messages=list(history), turn=index)
+            messages = conversation_messages(turns[:index + 1], answers)
+            result = self.send(record, ticket, messages=messages, turn=index)
             if not result.success:
                 return  # the conversation cannot go on without the server's answer
-            history.append({"role": "assistant", "content": result.output_text})
+            answers.append(result.output_text)

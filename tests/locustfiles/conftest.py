@@ -33,3 +33,13 @@ def mock_server(tmp_path_factory):
                                                     "--log-level", "warning"])
     with serving("mock server", cmd, port, tmp_path_factory.mktemp("mock") / "server.log") as proc:
         yield f"http://127.0.0.1:{port}", proc.pid
+
+
+@pytest.fixture(scope="module")
+def fast_mock(tmp_path_factory):
+    """A mock-engine server with 50 ms to the first token and 5 ms between tokens: its base URL."""
+    port = free_port()
+    cmd = basic_server_command("mock", port, extra=["--mock-ttft-ms", "50", "--mock-itl-ms", "5",
+                                                    "--log-level", "warning"])
+    with serving("fast mock server", cmd, port, tmp_path_factory.mktemp("fast-mock") / "server.log"):
+        yield f"http://127.0.0.1:{port}"

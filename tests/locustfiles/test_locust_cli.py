@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
-from locust_helpers import locust_command, output, run_locust
+import pytest
+
+from locust_helpers import locust_command, output, run_locust, serving, write_prompts
 from llmload.core.paths import REPO_ROOT
+from llmload.core.services import port_in_use
+from llmload.targets.basic import basic_server_command
+from llmload.tasks import get_task, task_names
 
 NO_SERVER = "http://127.0.0.1:9"  # never contacted: these runs stop before any request
 
@@ -48,8 +55,56 @@ def test_the_folder_holds_one_user_class_per_task_and_options_are_listed():
     listed = {line.strip() for line in proc.stdout.splitlines()[1:]}
     files = sorted((REPO_ROOT / "locustfiles").glob("*.py"))
     assert {"ChatUser", "SummarizationUser", "QAUser", "CodeUser"} <= listed and len(listed) == len(files)
+    assert sorted(get_task(name).locustfile for name in task_names()) == files  # one locustfile per task
     help_text = subprocess.run([sys.executable, "-m", "llmload.loadgen"], cwd=REPO_ROOT, capture_output=True,
                                text=True, timeout=60).stdout
     for flag, env in (("--mode", "LOCUST_LLM_MODE"), ("--requests", "LOCUST_LLM_REQUESTS"),
                       ("--api-key", "LOCUST_LLM_API_KEY")):
         assert flag in help_text and env in help_text
+
+
+DESIGN_CARD = ["locust", "-f", "locustfiles/chat.py", "--headless", "-u", "8"]  # verbatim: host from locust.conf
+
+
+def design_card(env: dict, timeout: float = 90) -> subprocess.CompletedProcess:
+    """The design card's command as typed (``locust`` from this environment), with the suite's env vars only."""
+    command = [str(Path(sys.executable).with_name("locust")), *DESIGN_CARD[1:]]
+    return subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **env})
+
+
+@pytest.fixture
+def port_8000():
+    if port_in_use(8000):
+        pytest.skip("something already listens on port 8000 (the design card's address)")
+    return 8000
+
+
+def test_the_design_card_command_works_verbatim_against_the_basic_server(port_8000, tmp_path):
+    prompts = write_prompts(tmp_path / "chat.jsonl")
+    cmd = basic_server_command("mock", port_8000, extra=["--mock-ttft-ms", "20", "--mock-itl-ms", "2"])
+    with serving("basic server on 8000", cmd, port_8000, tmp_path / "server.log"):
+        proc = design_card({"LOCUST_LLM_REQUESTS": "16", "LOCUST_LLM_DATASET": str(prompts),
+                            "LOCUST_LLM_MAX_TOKENS": "4"})
+    log = output(proc)
+    assert proc.returncode == 0 and "Traceback" not in log, log[-3000:]
+    assert "llmload: 16 requests, 0 failed" in log  # served by the server on 8000, the host in locust.conf
+
+
+def test_the_design_card_command_without_a_server_ends_with_one_line(port_8000, tmp_path):
+    prompts = write_prompts(tmp_path / "chat.jsonl")
+    proc = design_card({"LOCUST_LLM_DATASET": str(prompts)}, timeout=60)
+    log = output(proc)
+    assert proc.returncode != 0 and "Traceback" not in log, log[-3000:]
+    lines = [line for line in log.splitlines() if "error:" in line]
+    assert len(lines) == 1 and "no server answered at http://localhost:8000 (connection refused): start it " \
+                                "first" in lines[0]
+
+
+def test_no_host_at_all_is_one_line(tmp_path):
+    prompts = write_prompts(tmp_path / "chat.jsonl")
+    proc = subprocess.run([sys.executable, "-m", "locust", "-f", str(REPO_ROOT / "locustfiles" / "chat.py"),
+                           "--headless", "--config", os.devnull, "--dataset", str(prompts)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and last_line(output(proc)) == (
+        "error: no server to load: pass -H http://host:port (or set host = ... in locust.conf)")
