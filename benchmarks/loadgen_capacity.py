@@ -50,11 +50,14 @@ from pathlib import Path
 
 from llmload.core.cliargs import choice_list, float_list, int_list, non_negative_float, positive_float, positive_int
 from llmload.core.metrics import RequestResult, percentile, summarize
+from llmload.core.model_store import ModelNotAvailable, resolve_model
 from llmload.core.paths import REPO_ROOT
 from llmload.core.rawlog import read_results
 from llmload.core.records import PromptRecord, write_records
 from llmload.core.services import ServiceError, ServiceProcess, free_port, local_url
 from llmload.core.tables import render
+
+from monitors.sampler import read_monitor, start_monitor
 
 from benchmarks.recording_mock import measurement_errors_ms, server_truth
 
@@ -225,8 +228,6 @@ def estimate_intended_starts(results: list[RequestResult], rate: float) -> None:
 def run_tool(tool: str, url: str, server_pid: int, load: Workload, work: Path, tokenizer: str | None
              ) -> tuple[list[RequestResult], Path, str]:
     """Run one tool on one workload with the monitor beside it; its results, the monitor CSV and any error."""
-    from monitors.sampler import start_monitor
-
     prefix = f"{tool}-{load.name}"
     log = work / f"{prefix}.log"
     monitor_csv = work / f"{prefix}_monitor.csv"
@@ -268,8 +269,6 @@ def run_tool(tool: str, url: str, server_pid: int, load: Workload, work: Path, t
 
 def mean_cpu(monitor_csv: Path, first: float, last: float) -> tuple[float | None, float | None]:
     """Mean client and server CPU percent over the monitor samples taken between ``first`` and ``last``."""
-    from monitors.sampler import read_monitor
-
     frame = read_monitor(monitor_csv)
     window = frame[(frame["timestamp"] >= first) & (frame["timestamp"] <= last)]
     if window.empty:  # a run shorter than a sample interval: take what there is
@@ -506,8 +505,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     tokenizer = None
     if "vllm-bench" in tools:
-        from llmload.core.model_store import ModelNotAvailable, resolve_model
-
         try:
             tokenizer = resolve_model(args.tokenizer)
         except ModelNotAvailable as exc:

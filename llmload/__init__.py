@@ -1,10 +1,11 @@
-"""Shared library of the LLM-serving load-testing suite.
+"""llmload: load-testing OpenAI-compatible LLM servers with Locust.
 
-Everything that more than one part of the suite uses lives here, once:
-prompt records (:mod:`llmload.core.records`), the SSE parser (:mod:`llmload.core.sse`),
-measured request results and every metric formula (:mod:`llmload.core.metrics`),
-project paths (:mod:`llmload.core.paths`) and the embedded default model
-(:mod:`llmload.core.model_store`).
+Layers (docs/architecture.md): :mod:`llmload.core` at the bottom (records, the
+wire format and client, the metric catalogue, statistics, the raw log, the run
+folder); :mod:`llmload.tasks` (task registry and prompt sets) beside the basic
+server and the monitors; :mod:`llmload.targets` (servers under test) and
+:mod:`llmload.loadgen` (the Locust integration) on them; :mod:`llmload.runner`
+on top.
 """
 
 __version__ = "0.1.0"

@@ -1,8 +1,8 @@
 """HTTP transport over geventhttpclient: a streamed body read line by line as it arrives.
 
 Locust's ``FastHttpUser`` streams with ``iter_content``/``iter_lines``, which wait
-for about 1 KiB before returning anything: small SSE events then arrive late
-(a true 300 ms time to first token was measured as about 510 ms). This
+for about 1 KiB before returning anything, so small SSE events arrive late
+(measured in docs/loadgen.md). This
 transport asks geventhttpclient's response for one line at a time
 (``readline``), which returns each line as soon as its bytes are on the socket,
 and sends ``Accept-Encoding: identity`` so that no compression layer buffers
