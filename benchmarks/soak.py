@@ -46,17 +46,30 @@ def prompts(path: Path, count: int = 64) -> Path:
     return path
 
 
+class LineCounter:
+    """Lines of a growing file, counted in the bytes added since the last call."""
+
+    def __init__(self, path: Path):
+        self.path, self.offset, self.lines = path, 0, 0
+
+    def count(self) -> int:
+        try:
+            with self.path.open("rb") as handle:
+                handle.seek(self.offset)
+                while block := handle.read(1 << 20):
+                    self.lines += block.count(b"\n")
+                    self.offset += len(block)
+        except FileNotFoundError:
+            pass
+        return self.lines
+
+
 def get(url: str, timeout: float = 30.0) -> tuple[bytes, float]:
     """The body of ``url`` and the seconds the request took."""
     started = time.perf_counter()
     with urllib.request.urlopen(url, timeout=timeout) as response:
         body = response.read()
     return body, time.perf_counter() - started
-
-
-def requests_done(stats: dict) -> int:
-    total = next((row for row in stats.get("stats", []) if row.get("name") == "Aggregated"), {})
-    return int(total.get("num_requests", 0))
 
 
 def run(args: argparse.Namespace, work: Path) -> int:
@@ -80,17 +93,18 @@ def run(args: argparse.Namespace, work: Path) -> int:
         locust = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT)
     try:
         client = psutil.Process(locust.pid)
+        counter = LineCounter(Path(f"{prefix}_requests.jsonl"))
         next_step = STEP
         finished_at = None
         while locust.poll() is None:
             time.sleep(args.poll_s)
             try:
-                body, stats_s = get(f"{web}/stats/requests")
+                _, stats_s = get(f"{web}/stats/requests")
                 _, live_s = get(f"{web}/llmload/live.json")
                 rss = client.memory_info().rss / 2**20
             except (OSError, psutil.Error):
                 continue  # starting, or stopping
-            done = requests_done(json.loads(body))
+            done = counter.count()
             polls.append((done, stats_s * 1000, live_s * 1000, rss))
             if done >= args.requests and finished_at is None:
                 finished_at = time.monotonic()
@@ -148,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--requests", type=positive_int, default=1_000_000, help="requests in all (default: 1,000,000)")
     p.add_argument("--users", type=positive_int, default=32, help="Locust users (default: %(default)s)")
     p.add_argument("--tokens", type=positive_int, default=1, help="tokens per answer (default: %(default)s)")
-    p.add_argument("--poll-s", type=positive_float, default=2.0, help="seconds between web UI polls (default: 2)")
+    p.add_argument("--poll-s", type=positive_float, default=2.0,
+                   help="seconds between web UI polls (default: 2, as the UI polls; Locust caches its stats for 2 s)")
     p.add_argument("--out", type=Path, default=None,
                    help="folder for the raw log, Locust's CSVs and logs (default: a temporary folder, removed)")
     args = p.parse_args(argv)
