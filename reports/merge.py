@@ -1,12 +1,14 @@
 """Merge one run folder into its report: summary tables (CSV, Markdown), server ratios and PNG plots.
 
-    python -m reports.merge results/20261202-130000 [--baseline NAME] [--out DIR]
+    python -m reports.merge results/20261202-130000 [--baseline NAME] [--out DIR] [--tokenizer PATH | --no-tokenizer]
 
 Every figure comes from the metric catalogue (:mod:`llmload.core.metrics`:
 ``summarize`` on each cell's raw log, ``ratio`` for every ratio, baseline over
-server) and the resource monitor (:func:`monitors.sampler.peak_usage`); the
-columns are the catalogue's, so a metric added there appears here. Plots draw
-the merged rows only.
+server), its interval from :mod:`llmload.core.stats` (seeded bootstrap over
+requests, paired bootstrap over prompt ids for ratios, Student's t over
+repeats), resources from :func:`monitors.sampler.peak_usage`. The columns are
+the catalogue's, so a metric added there appears here. Plots draw the merged
+rows only.
 """
 
 from __future__ import annotations
@@ -17,10 +19,14 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from llmload.core.metrics import headline_columns, ratio, summary_columns
+from llmload.core.cliargs import non_negative_float
+from llmload.core.metrics import FIGURES, METRICS, headline_columns, ratio, summary_columns
+from llmload.core.stats import CELL_NOISE, RESAMPLES, SEED, Interval, min_samples, quantile_of
 from llmload.core.tables import render
-from reports.format import shown, title
-from reports.run import CellData, ReportError, RunData, load_run, resolve_baseline
+from reports.estimates import (Requests, cell_intervals, estimated, pooled_summary, ratio_intervals,
+                               repeat_intervals, requests_of)
+from reports.format import number, shown, title
+from reports.run import CellData, ReportError, RunData, describe_key, group_key, load_run, resolve_baseline
 
 IDENTITY = ["server", "task", "mode", "concurrency", "rate", "repeat", "phase", "status"]
 TRAILER = ["token_source", "locust_requests", "error"]
@@ -28,6 +34,8 @@ TRAILER = ["token_source", "locust_requests", "error"]
 RATIO_COLUMNS = [c for c in headline_columns()
                  if c in ("request_throughput", "output_token_throughput")
                  or c.rpartition("_")[0] in ("e2e", "ttft", "tpot", "tokens_per_s")]
+RATIO_CSV = ["ratio", "baseline", "server", "task", "mode", "concurrency", "rate", "phase", "metric", "value",
+             "ci_low", "ci_high", "significant", "pairs", "method"]
 #: Resource columns the Markdown table shows (when measured).
 MD_PEAKS = ["peak_server_rss_mib", "peak_server_gpu_mib"]
 
@@ -42,16 +50,30 @@ def peak_columns(cells: list[CellData]) -> list[str]:
     return keys
 
 
+def value_columns() -> list[str]:
+    """:func:`summary_columns` with ``_ci_low``/``_ci_high`` after each estimated one, ``<metric>_n`` per metric."""
+    out: list[str] = []
+    for f in FIGURES:
+        out += [f.name] + ([f"{f.name}_ci_low", f"{f.name}_ci_high"] if estimated(f.name) else [])
+    for m in METRICS:
+        for stat in m.stats:
+            c = m.column(stat)
+            out += [c] + ([f"{c}_ci_low", f"{c}_ci_high"] if estimated(c) else [])
+        out.append(f"{m.name}_n")
+    return out
+
+
 def csv_columns(peaks: list[str]) -> list[str]:
-    return IDENTITY + summary_columns() + peaks + TRAILER
+    return IDENTITY + value_columns() + peaks + TRAILER
 
 
-def token_source(data: CellData) -> str | None:
-    """Where the cell's output token counts came from: ``usage``, ``chunks``, ``none`` or a mix with counts."""
+def token_source(cells: list[CellData]) -> str | None:
+    """Where the output token counts came from: ``usage``, ``chunks``, ``none``, or a mix with counts."""
     counts: dict[str, int] = {}
-    for r in data.measured:
-        if r.success:
-            counts[r.output_tokens_source] = counts.get(r.output_tokens_source, 0) + 1
+    for data in cells:
+        for r in data.measured:
+            if r.success:
+                counts[r.output_tokens_source] = counts.get(r.output_tokens_source, 0) + 1
     if not counts:
         return None
     if len(counts) == 1:
@@ -59,20 +81,60 @@ def token_source(data: CellData) -> str | None:
     return " ".join(f"{k}:{v}" for k, v in sorted(counts.items()))
 
 
-def cell_row(data: CellData) -> dict:
-    """One summary row: the cell's identity, its figures from the raw log, its resource peaks."""
+def with_intervals(row: dict, found: dict[str, Interval]) -> dict:
+    """Add ``_ci_low``/``_ci_high`` of each interval to ``row``; keep the intervals under ``_iv``."""
+    row.setdefault("_iv", {}).update(found)
+    for column, iv in found.items():
+        row[f"{column}_ci_low"], row[f"{column}_ci_high"] = iv.low, iv.high
+    return row
+
+
+def identity(data: CellData) -> dict:
     cell = data.cell
-    row = {"server": cell.server, "task": cell.task, "mode": cell.mode, "concurrency": cell.concurrency,
-           "rate": cell.rate, "repeat": cell.repeat, "phase": cell.phase, "status": data.status,
-           "error": data.error, "locust_requests": data.locust_requests, "token_source": token_source(data)}
+    return {"server": cell.server, "task": cell.task, "mode": cell.mode, "concurrency": cell.concurrency,
+            "rate": cell.rate, "repeat": cell.repeat, "phase": cell.phase, "status": data.status,
+            "error": data.error, "locust_requests": data.locust_requests}
+
+
+def cell_row(data: CellData, requests: Requests | None = None) -> dict:
+    """One summary row: identity, figures from the raw log with their intervals, resource peaks."""
+    row = identity(data)
+    row["token_source"] = token_source([data])
     if data.summary is not None:
+        requests = requests or requests_of([data])
         row.update(data.summary.flat())
+        row.update(requests.counts())
+        with_intervals(row, cell_intervals(requests, data.cell.key + (data.cell.phase,)))
+    row["_requests"] = requests if data.ok else None
     row.update(data.peaks)
     return row
 
 
-def level(row: dict) -> str:
-    return f"r{row['rate']:g}/s" if row.get("rate") is not None else f"c{row['concurrency']}"
+def group_row(key: tuple, cells: list[CellData], rows: dict[int, dict]) -> dict:
+    """One row per cell and load level, repeats pooled: latencies over all their requests, throughputs as
+    the mean over repeats with Student's t interval (a single cell's row where there is one)."""
+    ok = [c for c in cells if c.ok and c.summary is not None]
+    if len(ok) <= 1:
+        row = dict(rows[id(ok[0] if ok else cells[0])])
+        row["repeats"] = len(ok)
+        row["_cells"] = [row] if ok else []
+        return row
+    row = identity(ok[0])
+    row.update({"repeat": None, "repeats": len(ok), "token_source": token_source(ok),
+                "locust_requests": sum(c.locust_requests or 0 for c in ok)})
+    requests = requests_of(ok)
+    row.update(pooled_summary(ok).flat())
+    row.update(requests.counts())
+    with_intervals(row, cell_intervals(requests, ("group",) + key))
+    for column, iv in repeat_intervals([c.summary for c in ok]).items():
+        row[column] = iv.value
+        with_intervals(row, {column: iv})
+    for column in ok[0].peaks:
+        values = [c.peaks.get(column) for c in ok if c.peaks.get(column) is not None]
+        row[column] = max(values) if values else None
+    row["_requests"] = requests
+    row["_cells"] = [rows[id(c)] for c in ok]
+    return row
 
 
 def same_point(row: dict) -> tuple:
@@ -84,28 +146,37 @@ def ratio_name(baseline: str, server: str) -> str:
     return f"{baseline} / {server}"
 
 
-def ratio_rows(rows: list[dict], baseline: str | None) -> list[dict]:
-    """Baseline over each other server, cell by cell, for :data:`RATIO_COLUMNS` (long form, one row each)."""
+def ratio_rows(groups: list[dict], baseline: str | None, noise: float = CELL_NOISE, columns=None) -> list[dict]:
+    """Baseline over each other server, point by point, each with its interval (long form)."""
     if baseline is None:
         return []
-    tops = {same_point(r): r for r in rows if r["server"] == baseline and r["status"] == "ok"}
+    columns = columns or RATIO_COLUMNS
+    tops = {same_point(r): r for r in groups if r["server"] == baseline and r["status"] == "ok"}
     out = []
-    for row in rows:
+    for row in groups:
         top = tops.get(same_point(row))
         if row["server"] == baseline or row["status"] != "ok" or top is None:
             continue
-        for column in RATIO_COLUMNS:
-            if top.get(column) is None or row.get(column) is None:
+        found = ratio_intervals(top["_requests"], row["_requests"], columns,
+                                (baseline, row["server"]) + same_point(row), noise, top["_cells"], row["_cells"])
+        for column in columns:
+            if column not in found or top.get(column) is None or row.get(column) is None:
                 continue  # not measured in this mode
-            value = ratio(top.get(column), row.get(column))
+            iv, method = found[column]
             out.append({"ratio": ratio_name(baseline, row["server"]), "baseline": baseline,
                         "server": row["server"], "task": row["task"], "mode": row["mode"],
                         "concurrency": row["concurrency"], "rate": row.get("rate"), "phase": row.get("phase"),
-                        "metric": column, "value": value})
+                        "metric": column, "value": iv.value if iv.value is not None else
+                        ratio(top.get(column), row.get(column)), "ci_low": iv.low, "ci_high": iv.high,
+                        "significant": iv.significant, "pairs": iv.n, "method": method, "_iv": iv})
     return out
 
 
-RATIO_CSV = ["ratio", "baseline", "server", "task", "mode", "concurrency", "rate", "phase", "metric", "value"]
+def run_rows(run: RunData) -> tuple[list[dict], list[dict]]:
+    """(one row per cell, one row per group of repeats) of a run, with their intervals."""
+    by_cell = {id(data): cell_row(data) for data in run.cells}
+    groups = [group_row(key, cells, by_cell) for key, cells in run.groups().items()]
+    return [by_cell[id(d)] for d in run.cells], groups
 
 
 @dataclass
@@ -114,16 +185,32 @@ class Report:
 
     run: RunData
     baseline: str | None
-    rows: list[dict]
+    rows: list[dict]  # one per cell (summary.csv)
+    groups: list[dict]  # one per cell and level, repeats pooled (the Markdown tables, the plots)
     ratios: list[dict]
     peaks: list[str]
+    tokens: list[dict] = field(default_factory=list)
+    token_requests: list[dict] = field(default_factory=list)
+    tokenizer_note: str = ""
+    noise: float = CELL_NOISE
     plots: list[Path] = field(default_factory=list)
 
 
-def build_report(run: RunData, baseline: str | None = None) -> Report:
+def build_report(run: RunData, baseline: str | None = None, tokenizer: str | None = None,
+                 use_tokenizer: bool = True, noise: float = CELL_NOISE) -> Report:
+    """Compute every table of the report (no file is written)."""
+    from reports.tokens import find_tokenizer, reconcile
+
     base = resolve_baseline(run, baseline)
-    rows = [cell_row(c) for c in run.cells]
-    return Report(run=run, baseline=base, rows=rows, ratios=ratio_rows(rows, base), peaks=peak_columns(run.cells))
+    rows, groups = run_rows(run)
+    tok, note = find_tokenizer(run.manifest, tokenizer, use_tokenizer)
+    tokens, token_requests = reconcile(run, tok)
+    return Report(run=run, baseline=base, rows=rows, groups=groups, ratios=ratio_rows(groups, base, noise), noise=noise,
+                  peaks=peak_columns(run.cells), tokens=tokens, token_requests=token_requests,
+                  tokenizer_note=note)
+
+
+# --------------------------------------------------------------------------- writing
 
 
 def write_csv(path: Path, rows: list[dict], columns: list[str]) -> Path:
@@ -139,47 +226,86 @@ def present(rows: list[dict], columns: list[str]) -> list[str]:
     return [c for c in columns if any(r.get(c) not in (None, "") for r in rows)]
 
 
-def table(rows: list[dict], columns: list[str], cell=None) -> str:
-    """A Markdown table of ``rows`` (values through ``cell(row, column)``, default :func:`shown`)."""
-    cell = cell or (lambda row, column: shown(column, row.get(column)))
-    return render([[cell(r, c) for c in columns] for r in rows], [title(c) for c in columns])
+def level(row: dict) -> str:
+    return f"r{row['rate']:g}/s" if row.get("rate") is not None else f"c{row['concurrency']}"
+
+
+def too_few(stat: str, n: int) -> str:
+    return f"n={n}<{min_samples(stat)}"
+
+
+def estimate_text(column: str, row: dict) -> str | None:
+    """``value [low, high]`` in shown units; ``n=8<300`` for a percentile of too few values."""
+    iv: Interval | None = row.get("_iv", {}).get(column)
+    value = row.get(column)
+    if iv is None:
+        return shown(column, value)
+    stat = "rate" if column in ("request_throughput", "output_token_throughput", "goodput") else \
+        column.rpartition("_")[2]
+    if iv.value is None and iv.n and stat.startswith("p") and quantile_of(stat) is not None:
+        return too_few(stat, iv.n)
+    text = shown(column, value if iv.value is None else iv.value)
+    if text is None:
+        return None
+    if iv.has_interval:
+        return f"{text} [{shown(column, iv.low)}, {shown(column, iv.high)}]"
+    return f"{text} (n={iv.n})" if estimated(column) and iv.n < (min_samples(stat) or 0) else text
+
+
+def ratio_text(iv: Interval | None) -> str | None:
+    """``1.98 [1.90, 2.05] *`` (``*``: the interval excludes 1)."""
+    if iv is None:
+        return None
+    if iv.value is None:
+        return f"n={iv.n} pairs, too few"
+    text = number(iv.value)
+    if iv.has_interval:
+        text += f" [{number(iv.low)}, {number(iv.high)}]" + (" *" if iv.significant else "")
+    return text
 
 
 def _identity_cell(row: dict, column: str):
-    if column == "level":
-        return level(row)
-    return row.get(column)
+    return level(row) if column == "level" else row.get(column)
 
 
-def summary_table(rows: list[dict]) -> str:
-    ident = ["server", "task", "mode", "level", "status"]
-    columns = present(rows, headline_columns() + MD_PEAKS)
+def summary_table(rows: list[dict], peaks: list[str]) -> str:
+    ident = ["server", "task", "mode", "level"] + (["repeats"] if any((r.get("repeats") or 0) > 1 for r in rows)
+                                                   else []) + ["status"]
+    extra = [p for p in peaks if p in MD_PEAKS or (p.startswith("peak_server_") and not p.endswith("_mib"))]
+    columns = present(rows, headline_columns() + extra)
+    if any(r.get("token_source") not in ("usage", None) for r in rows):
+        columns.append("token_source")
 
     def cell(row, column):
-        return _identity_cell(row, column) if column in ident else shown(column, row.get(column))
+        return _identity_cell(row, column) if column in ident else estimate_text(column, row)
 
-    return table(rows, ident + columns, cell)
+    return render([[cell(r, c) for c in ident + columns] for r in rows], [title(c) for c in ident + columns])
 
 
 def ratio_table(ratios: list[dict]) -> str:
-    """One row per server and cell, one column per compared metric."""
+    """One row per server and point, one column per compared metric."""
     by_point: dict[tuple, dict] = {}
     for r in ratios:
         key = (r["ratio"], r["task"], r["mode"], r["concurrency"], r.get("rate"), r.get("phase"))
         entry = by_point.setdefault(key, {"ratio": r["ratio"], "task": r["task"], "mode": r["mode"],
-                                          "concurrency": r["concurrency"], "rate": r.get("rate")})
-        entry[r["metric"]] = r["value"]
+                                          "concurrency": r["concurrency"], "rate": r.get("rate"), "ivs": {}})
+        entry["ivs"][r["metric"]] = r["_iv"]
     rows = list(by_point.values())
-    columns = present(rows, RATIO_COLUMNS)
+    columns = [c for c in RATIO_COLUMNS if any(c in r["ivs"] for r in rows)]
     ident = ["ratio", "task", "mode", "level"]
+    body = [[_identity_cell(r, c) for c in ident] + [ratio_text(r["ivs"].get(c)) for c in columns] for r in rows]
+    return render(body, ident + [title(c) for c in columns])
 
-    def cell(row, column):
-        if column in ident:
-            return _identity_cell(row, column)
-        value = row.get(column)
-        return None if value is None else f"{value:.2f}"
 
-    return render([[cell(r, c) for c in ident + columns] for r in rows], ident + [title(c) for c in columns])
+def tokens_table(report: Report) -> str:
+    columns = ["server", "requests", "usage_reported", "usage_missing", "usage_zero", "compared", "mismatch_pct",
+               "mean_difference", "max_abs_difference", "relative_difference_pct", "token_source", "verdict"]
+    titles = ["server", "requests", "usage reported", "usage missing", "usage 0 beside text",
+              "compared with the tokenizer", "mismatch %", "mean usage - tokenizer", "max abs difference",
+              "relative difference %", "counts used", "verdict"]
+    body = [[None if r.get(c) is None else (number(r[c]) if isinstance(r[c], float) else r[c]) for c in columns]
+            for r in report.tokens]
+    return render(body, titles)
 
 
 def header_lines(report: Report) -> list[str]:
@@ -188,26 +314,60 @@ def header_lines(report: Report) -> list[str]:
     if info:
         m = info.get("machine", {})
         lines += [f"- command: `{info.get('command', '')}`",
-                  f"- model: {info.get('served_model_name')} ({info.get('model')})",
-                  f"- machine: {m.get('cpu')}, {m.get('cores')} cores, {m.get('memory_gib')} GiB, "
-                  f"GPUs: {m.get('gpus') or 'none'}",
-                  "- versions: " + ", ".join(f"{k} {v}" for k, v in info.get("versions", {}).items() if v)]
+                  f"- model: {info.get('served_model_name')} ({info.get('model')})"]
+        if m:
+            lines.append(f"- machine: {m.get('cpu')}, {m.get('cores')} cores, {m.get('memory_gib')} GiB, "
+                         f"GPUs: {m.get('gpus') or 'none'}")
+        if info.get("versions"):
+            lines.append("- versions: " + ", ".join(f"{k} {v}" for k, v in info["versions"].items() if v))
     lines += [f"- baseline: {report.baseline or 'none (no ratios)'}", ""]
     return lines
 
 
+STATS_NOTE = (f"Each figure: value [95 % interval]. Percentiles: the distribution-free interval between two "
+              f"order statistics (the bootstrap over requests for inter-token gaps, which move with their "
+              f"request); means and SLO attainment: percentile bootstrap over requests ({RESAMPLES} resamples, "
+              f"seed {SEED}); throughputs: the same bootstrap of tokens / (sum of E2E / effective concurrency), or, "
+              f"with repeats, the mean over repeats with Student's t interval. A percentile p needs "
+              f"n >= ln(0.025) / ln(max(p, 1 - p)) values (p50 {min_samples('p50')}, p90 {min_samples('p90')}, "
+              f"p99 {min_samples('p99')}): `n=8<368` marks one with too few; means and rates need "
+              f"{min_samples('mean')}, `(n=8)` marks a value without an interval (docs/statistics.md).")
+
+
+def main_rows(report: Report) -> tuple[list[dict], list[dict]]:
+    """(matrix rows, sweep/capacity rows) of the pooled groups."""
+    matrix = [r for r in report.groups if r.get("phase") in ("matrix", None)]
+    return matrix, [r for r in report.groups if r not in matrix]
+
+
 def markdown(report: Report) -> str:
     parts = header_lines(report)
+    matrix, other = main_rows(report)
     parts += ["Latencies in ms, from the raw per-request logs (warm-up excluded); throughput over each cell's "
-              "wall time.", "", summary_table(report.rows), ""]
+              "wall time. " + STATS_NOTE, "", summary_table(matrix, report.peaks), ""]
+    if other:
+        parts += ["## Sweep and capacity cells", "", summary_table(other, report.peaks), ""]
     if report.ratios:
         parts += [f"## Ratios: {report.baseline} over each server", "",
-                  f"`{report.baseline} / X` of each figure, cell by cell: above 1, {report.baseline}'s figure is "
-                  "the larger (faster for throughputs, slower for latencies).", "", ratio_table(report.ratios), ""]
+                  f"`{report.baseline} / X` of each figure, point by point, with its 95 % interval: a paired "
+                  "bootstrap over the prompts both answered, widened for run-to-run noise of "
+                  f"{report.noise * 100:g} % per cell (`--cell-noise`), or Welch's t over repeats where both have "
+                  "2 or more; `*`: significant (the interval excludes 1). Above 1, "
+                  f"{report.baseline}'s figure is the larger (faster for throughputs, slower for latencies).", "",
+                  ratio_table(report.ratios), ""]
+    parts += ["## Output tokens", "",
+              "Token throughput counts the server's usage (`counts used`: usage, or the stream's text chunks "
+              f"where usage was missing). {report.tokenizer_note}.", ""]
+    if report.tokens:
+        parts += [tokens_table(report), ""]
+        parts += [f"- {r['server']}: {r['verdict']}" for r in report.tokens if r["verdict"] != "ok"]
+        parts.append("")
     missing = [r for r in report.rows if r["status"] != "ok"]
     if missing:
         parts += ["## Missing or failed cells", ""]
-        parts += [f"- {r['server']} {r['task']} {r['mode']} {level(r)}: {r['status']}: {r['error']}" for r in missing]
+        parts += [f"- {describe_key(group_key(data.cell))}"
+                  + (f" repeat {data.cell.repeat}" if data.cell.repeat else "") + f": {data.status}: {data.error}"
+                  for data in report.run.cells if data.status != "ok"]
         parts.append("")
     if report.plots:
         parts += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in report.plots] + [""]
@@ -215,41 +375,59 @@ def markdown(report: Report) -> str:
 
 
 def write_report(report: Report, out_dir: Path) -> Path:
-    """Write ``summary.csv``, ``ratios.csv``, the plots and ``summary.md``; return ``summary.md``."""
+    """Write the CSVs, the plots and ``summary.md``; return ``summary.md``."""
     from reports.plots import write_plots
+    from reports.tokens import REQUEST_COLUMNS, SERVER_COLUMNS
 
     out_dir.mkdir(parents=True, exist_ok=True)
     write_csv(out_dir / "summary.csv", report.rows, csv_columns(report.peaks))
     write_csv(out_dir / "ratios.csv", report.ratios, RATIO_CSV)
-    report.plots = write_plots(report.rows, report.ratios, out_dir, baseline=report.baseline)
+    write_csv(out_dir / "tokens.csv", report.tokens, SERVER_COLUMNS)
+    write_csv(out_dir / "tokens_requests.csv", report.token_requests, REQUEST_COLUMNS)
+    report.plots = write_plots(report.groups, report.ratios, out_dir, baseline=report.baseline)
     path = out_dir / "summary.md"
     path.write_text(markdown(report))
     return path
 
 
-def merge_run(run_dir: str | Path, out_dir: str | Path | None = None, baseline: str | None = None) -> Path:
+def merge_run(run_dir: str | Path, out_dir: str | Path | None = None, baseline: str | None = None,
+              tokenizer: str | None = None, use_tokenizer: bool = True, noise: float = CELL_NOISE) -> Path:
     """Merge ``run_dir`` into ``out_dir`` (default ``run_dir/report``); return the Markdown summary."""
     run = load_run(run_dir)
-    report = build_report(run, baseline)
+    report = build_report(run, baseline, tokenizer, use_tokenizer, noise)
     return write_report(report, Path(out_dir) if out_dir else run.path / "report")
+
+
+def add_noise_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cell-noise", type=non_negative_float, default=CELL_NOISE * 100, metavar="PCT",
+                   help="run-to-run noise of a figure in percent, added to ratio intervals where repeats cannot "
+                        "measure it (default: %(default)g, measured on identical mock runs; 0 = bootstrap only)")
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m reports.merge",
                                 description="Merge a run folder (from python -m llmload.runner) into summary "
-                                            "tables (CSV, Markdown), server ratios and PNG plots.")
+                                            "tables (CSV, Markdown) with 95 % intervals, server ratios and PNG "
+                                            "plots.")
     p.add_argument("run_dir", type=Path, help="the run folder, e.g. results/20261202-130000")
     p.add_argument("--out", type=Path, default=None, help="output folder (default: RUN_DIR/report)")
     p.add_argument("--baseline", default=None,
                    help="server every ratio is taken over: baseline / server (default: run.json's baseline, "
                         "else vllm when the run has it)")
+    add_noise_option(p)
+    tokens = p.add_mutually_exclusive_group()
+    tokens.add_argument("--tokenizer", default=None,
+                   help="tokenizer (model folder) to recount the generated text with (default: the run's model "
+                        "folder, or the embedded model when materialised)")
+    tokens.add_argument("--no-tokenizer", action="store_true", help="skip the token reconciliation")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        summary = merge_run(args.run_dir, args.out, args.baseline)
+        summary = merge_run(args.run_dir, args.out, args.baseline, args.tokenizer, not args.no_tokenizer,
+                            args.cell_noise / 100.0)
     except ReportError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

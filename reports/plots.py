@@ -37,8 +37,8 @@ def series(rows: list[dict], task: str | None, column: str, x: str = "concurrenc
         y, xv = value(row, column), value(row, x)
         if y is None or xv is None:
             continue
-        out.setdefault((row[name], row["mode"]), []).append(
-            (xv, y, value(row, f"{column}_ci_low"), value(row, f"{column}_ci_high")))
+        low, high = ("ci_low", "ci_high") if column == "value" else (f"{column}_ci_low", f"{column}_ci_high")
+        out.setdefault((row[name], row["mode"]), []).append((xv, y, value(row, low), value(row, high)))
     return {k: sorted(v) for k, v in out.items()}
 
 
@@ -124,3 +124,42 @@ def write_plots(rows: list[dict], ratios: list[dict], out_dir: Path, baseline: s
             ax.set_title(f"output token throughput: {baseline} / {server}", fontsize=10)
         written.append(save(fig, out_dir / "throughput_ratio.png"))
     return written
+
+
+def compare_plot(rows: list[dict], path: Path) -> Path | None:
+    """B/A of each compared figure with its interval: one panel per figure, one line per cell (red: significant)."""
+    from reports.format import title
+
+    metrics = [m for m in dict.fromkeys(r["metric"] for r in rows) if any(
+        r["metric"] == m and value(r, "ratio") is not None for r in rows)]
+    if not metrics:
+        return None
+    cols = min(3, len(metrics))
+    nrows = -(-len(metrics) // cols)
+    cells = sorted({_cell_label(r) for r in rows})
+    fig, axes = plt.subplots(nrows, cols, figsize=(4.6 * cols, 0.9 + 0.32 * len(cells) * nrows), squeeze=False)
+    for ax, metric in zip(axes.ravel(), metrics):
+        mine = [r for r in rows if r["metric"] == metric and value(r, "ratio") is not None]
+        for r in mine:
+            y = cells.index(_cell_label(r))
+            color = "C3" if r.get("significant") else "C0"
+            low, high = value(r, "ci_low"), value(r, "ci_high")
+            if low is not None and high is not None:
+                ax.errorbar([r["ratio"]], [y], xerr=[[r["ratio"] - low], [high - r["ratio"]]], fmt="o",
+                            color=color, capsize=3)
+            else:
+                ax.plot([r["ratio"]], [y], "o", color=color, mfc="none")
+        ax.axvline(1.0, color="grey", lw=0.8)
+        ax.set_xscale("log")
+        ax.set_yticks(range(len(cells)), cells, fontsize=7)
+        ax.set_title(f"B / A: {title(metric)}", fontsize=9)
+        ax.grid(True, axis="x", alpha=0.3)
+    for ax in axes.ravel()[len(metrics):]:
+        ax.axis("off")
+    return save(fig, path)
+
+
+def _cell_label(row: dict) -> str:
+    level = "" if row.get("concurrency") is None and row.get("rate") is None else \
+        (f"r{row['rate']:g}/s" if row.get("rate") is not None else f"c{row['concurrency']}")
+    return " ".join(x for x in (row["server"], row["task"], row["mode"], level) if x)

@@ -1,19 +1,21 @@
-"""Confidence intervals for the suite's figures: seeded bootstrap, paired ratios, intervals over repeats.
+"""Confidence intervals for the suite's figures: order statistics, seeded bootstrap, paired ratios, repeats.
 
-Everything is numpy and vectorised: one bootstrap draws a ``(resamples, units)``
+Everything is numpy and vectorised: a bootstrap draws one ``(resamples, units)``
 matrix of counts (how often each unit, a request or a prompt id, is drawn) and
-computes every replicate of a statistic from it with matrix products and one
-cumulative sum, in blocks of bounded size. The method, formulas and the
-reasoning behind them are in ``docs/statistics.md``.
+computes every replicate from it with matrix products and one cumulative sum,
+in blocks of bounded size. Methods, formulas and the reasons for them are in
+``docs/statistics.md``.
 
-* :func:`interval`: the percentile bootstrap of a :class:`Statistic` over its
-  units (requests; every inter-token gap of a request moves with it).
+* :func:`interval` / :func:`intervals`: a :class:`Statistic` with its 95 %
+  interval: a percentile of one value per unit between two order statistics
+  (:func:`order_interval`); anything else by the expanded percentile bootstrap
+  over its units (every inter-token gap of a request moves with it).
 * :func:`ratio_interval`: ``top / bottom`` of the same statistic on two sets of
   requests, resampling the prompt ids both answered (paired), or each set on
-  its own when they share none.
-* :func:`repeat_interval`: Student's t interval of a mean over repeated runs.
-* :func:`min_samples`: the minimum-sample rule (a statistic of fewer values
-  gets no value in the report, only ``n``).
+  its own when they share none; :func:`widened` adds run-to-run noise.
+* :func:`repeat_interval`, :func:`repeat_ratio_interval`: Student's / Welch's t
+  over repeated runs.
+* :func:`min_samples`: the minimum-sample rule.
 
 A report is reproducible: each interval's random stream is seeded with
 :data:`SEED` and a key naming what it estimates (:func:`rng_for`).
@@ -33,8 +35,13 @@ CONFIDENCE = 0.95
 RESAMPLES = 2000
 #: Base seed of every bootstrap (combined with the key of what is estimated).
 SEED = 20261202
-#: ``k`` of the minimum-sample rule: a percentile ``p`` needs ``n >= k / min(p, 1 - p)`` values.
-TAIL_SAMPLES = 3.0
+#: Fewest units for a mean, a rate or a bootstrap over shared units (on exponential data the bootstrap
+#: of a mean covers 91 % at 10 values, 93 % at 15, 94-95 % from 36 on).
+MIN_MEAN_SAMPLES = 10
+#: Relative standard deviation of one cell's figure between identical setups (run-to-run noise), used where
+#: repeats cannot measure it. Between five identical mock runs on the 2-core development machine a figure
+#: varied by 0.4 % (E2E p50) to 5 % (TPOT mean) per cell, throughput 2.4 % (docs/statistics.md).
+CELL_NOISE = 0.03
 #: Values per bootstrap block (``resamples x values``), bounding memory to a few tens of MiB.
 BLOCK = 1 << 21
 
@@ -80,18 +87,21 @@ def quantile_of(stat: str) -> float | None:
 def min_samples(stat: str) -> int | None:
     """Fewest values for ``stat`` to be reported; None: never estimated with an interval (``max``).
 
-    A percentile ``p`` needs ``n >= 3 / min(p, 1 - p)``: the smallest ``n`` for which the
-    sample's extreme values bracket the true percentile with 95 % probability
-    (``p**n <= 0.05``, the rule of three). Means, medians and rates need 6:
-    p50 and means 6, p90 30, p95 60, p99 300.
+    A percentile ``p`` needs ``n >= ln(0.025) / ln(max(p, 1 - p))``: the fewest values for
+    which the sample's extremes bracket the true percentile with 95 % probability (2.5 %
+    per side), i.e. ``n >= 3.7 / (1 - p)`` in the tail: p50 6, p90 36, p95 72, p99 368.
+    Below it no interval exists whatever the method. Means and rates need
+    :data:`MIN_MEAN_SAMPLES` units.
     """
     if stat == "max":
         return None
     q = quantile_of(stat)
-    tail = 0.5 if q is None else min(q, 1.0 - q)
-    if tail <= 0:
+    if q is None:
+        return MIN_MEAN_SAMPLES
+    top = max(q, 1.0 - q)
+    if top >= 1.0:
         return None
-    return math.ceil(TAIL_SAMPLES / tail - 1e-9)
+    return math.ceil(math.log((1.0 - CONFIDENCE) / 2.0) / math.log(top) - 1e-9)
 
 
 def has_enough(stat: str, n: int) -> bool:
@@ -183,8 +193,15 @@ class Statistic:
 
     @property
     def enough(self) -> bool:
-        """The minimum-sample rule holds for the values and for the units they come in."""
-        return has_enough(self.stat, self.n) and (self.n_units >= (min_samples("mean") or 0))
+        """The minimum-sample rule holds for the values; values in shared units also need enough units
+        for the bootstrap (:data:`MIN_MEAN_SAMPLES`)."""
+        if not has_enough(self.stat, self.n):
+            return False
+        return self.n_units >= MIN_MEAN_SAMPLES or (self.stat.startswith("p") and self.one_per_unit)
+
+    @property
+    def one_per_unit(self) -> bool:
+        return self.n_units == self.n
 
     def point(self) -> float | None:
         if self.n == 0:
@@ -209,16 +226,16 @@ class Statistic:
         if self.stat not in ("mean", "rate"):
             return self.quantile_replicates(unit_labels, counts, [quantile_of(self.stat)])[0]
         column = np.searchsorted(unit_labels, self.units)
-        rows = counts.shape[0]
-        step = max(1, BLOCK // max(1, self.n))
-        out = np.empty(rows)
-        for start in range(0, rows, step):
-            w = counts[start:start + step][:, column].astype(float)  # float: BLAS for the products
-            den = w.sum(axis=1) if self.stat == "mean" else w @ self.denominators
-            scale = 1.0 if self.stat == "mean" else self.scale
-            with np.errstate(divide="ignore", invalid="ignore"):
-                out[start:start + step] = np.where(den > 0, scale * (w @ self.values) / den, np.nan)
-        return out
+        size = unit_labels.size
+        numerator = np.bincount(column, weights=self.values, minlength=size)  # per unit: sums
+        if self.stat == "mean":
+            denominator, scale = np.bincount(column, minlength=size).astype(float), 1.0
+        else:
+            denominator, scale = np.bincount(column, weights=self.denominators, minlength=size), self.scale
+        w = counts.astype(float)  # float: BLAS for the products
+        top, bottom = w @ numerator, w @ denominator
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(bottom > 0, scale * top / bottom, np.nan)
 
     def quantile_replicates(self, unit_labels: np.ndarray, counts: np.ndarray, qs: Sequence[float]) -> np.ndarray:
         """``(len(qs), resamples)`` quantiles of ``values`` on each resample (one sort, one cumulative sum)."""
@@ -233,11 +250,54 @@ class Statistic:
         return out
 
 
-def _percentile_interval(replicates: np.ndarray) -> tuple[float | None, float | None]:
+def expanded_alpha(units: int) -> float:
+    """The tail probability of each side of the expanded percentile interval (Hesterberg 2015).
+
+    The plain percentile interval is too narrow in small samples (the bootstrap's spread
+    is that of ``n`` values around their own mean); the expanded one takes the
+    bootstrap quantiles at ``Phi(-sqrt(n / (n - 1)) * t(n - 1))`` instead of 2.5 %,
+    which tends to 2.5 % as ``n`` grows (0.6 % at n = 8, 1.9 % at n = 30).
+    """
+    alpha = (1.0 - CONFIDENCE) / 2.0
+    if units < 2:
+        return alpha
+    z = math.sqrt(units / (units - 1)) * t_quantile(units - 1)
+    return 0.5 * math.erfc(z / math.sqrt(2.0))
+
+
+def order_interval(values: np.ndarray, q: float) -> tuple[float | None, float | None]:
+    """The distribution-free 95 % interval of the ``q`` quantile of independent values.
+
+    With ``K ~ Binomial(n, q)`` values below the true quantile, ``[X(l), X(u)]`` (order
+    statistics) covers it with probability ``P(l <= K < u)``: ``l`` is the largest rank with
+    ``P(K < l) <= 2.5 %``, ``u`` the smallest with ``P(K >= u) <= 2.5 %``. (None, None) when
+    the sample is too small for either (see :func:`min_samples`).
+    """
+    x = np.sort(np.asarray(values, dtype=float))
+    n = x.size
+    if n == 0 or not 0.0 < q < 1.0:
+        return None, None
+    k = np.arange(n)
+    log_pmf = n * math.log1p(-q) + np.concatenate(
+        ([0.0], np.cumsum(np.log((n - k) / (k + 1.0)) + math.log(q / (1.0 - q)))))
+    cdf = np.cumsum(np.exp(log_pmf - log_pmf.max()))
+    cdf = cdf / cdf[-1]  # cdf[j] = P(K <= j), j = 0..n
+    alpha = (1.0 - CONFIDENCE) / 2.0
+    below = np.concatenate(([0.0], cdf[:-1]))  # below[r] = P(K < r), r = 0..n
+    lows = np.nonzero(below[1:] <= alpha)[0]  # ranks r = 1..n with P(K < r) <= alpha
+    above = 1.0 - below  # above[r] = P(K >= r)
+    highs = np.nonzero(above[1:] <= alpha)[0]
+    if lows.size == 0 or highs.size == 0:
+        return None, None
+    low_rank, high_rank = int(lows[-1]) + 1, int(highs[0]) + 1
+    return float(x[low_rank - 1]), float(x[high_rank - 1])
+
+
+def _percentile_interval(replicates: np.ndarray, units: int) -> tuple[float | None, float | None]:
     finite = replicates[np.isfinite(replicates)]
     if finite.size < 0.9 * replicates.size or finite.size == 0:
         return None, None
-    alpha = (1.0 - CONFIDENCE) / 2.0
+    alpha = expanded_alpha(units)
     low, high = np.percentile(finite, [100.0 * alpha, 100.0 * (1.0 - alpha)])
     return float(low), float(high)
 
@@ -253,9 +313,12 @@ def interval(statistic: Statistic, key: Sequence[Hashable] = (), resamples: int 
         return Interval(statistic.point(), n=n)
     if not statistic.enough:
         return Interval(None, n=n)
+    if statistic.stat.startswith("p") and statistic.one_per_unit:
+        low, high = order_interval(statistic.values, quantile_of(statistic.stat))
+        return Interval(statistic.point(), low, high, n)
     labels = np.unique(statistic.units)
     counts = resample_counts(labels.size, resamples, rng_for(*key, statistic.stat))
-    low, high = _percentile_interval(statistic.replicates(labels, counts))
+    low, high = _percentile_interval(statistic.replicates(labels, counts), labels.size)
     return Interval(statistic.point(), low, high, n)
 
 
@@ -272,6 +335,9 @@ def intervals(statistics: dict[str, Statistic], key: Sequence[Hashable] = (),
             result[name] = Interval(s.point(), n=s.n)
         elif not s.enough:
             result[name] = Interval(None, n=s.n)
+        elif s.stat.startswith("p") and s.one_per_unit:
+            low, high = order_interval(s.values, quantile_of(s.stat))
+            result[name] = Interval(s.point(), low, high, s.n)
         else:
             pending[name] = s
     if pending:
@@ -280,7 +346,7 @@ def intervals(statistics: dict[str, Statistic], key: Sequence[Hashable] = (),
         shared: dict[int, list[str]] = {}
         for name, s in pending.items():
             if s.stat in ("mean", "rate"):
-                low, high = _percentile_interval(s.replicates(labels, counts))
+                low, high = _percentile_interval(s.replicates(labels, counts), s.n_units)
                 result[name] = Interval(s.point(), low, high, s.n)
             else:
                 shared.setdefault(id(s.values), []).append(name)
@@ -288,7 +354,7 @@ def intervals(statistics: dict[str, Statistic], key: Sequence[Hashable] = (),
             first = pending[names[0]]
             reps = first.quantile_replicates(labels, counts, [quantile_of(pending[n].stat) for n in names])
             for name, row in zip(names, reps):
-                low, high = _percentile_interval(row)
+                low, high = _percentile_interval(row, first.n_units)
                 result[name] = Interval(pending[name].point(), low, high, pending[name].n)
     return {name: result[name] for name in statistics}
 
@@ -323,8 +389,22 @@ def ratio_interval(top: Statistic, bottom: Statistic, key: Sequence[Hashable] = 
         down = bottom.replicates(bottom_labels, resample_counts(bottom_labels.size, resamples, rng))
     with np.errstate(divide="ignore", invalid="ignore"):
         reps = np.where(down != 0, up / down, np.nan)
-    low, high = _percentile_interval(reps)
+    low, high = _percentile_interval(reps, n)
     return Interval(value, low, high, n), is_paired
+
+
+def widened(iv: Interval, noise: float) -> Interval:
+    """A ratio interval widened for run-to-run noise of relative size ``noise`` on each side.
+
+    On the log scale each half-width adds in quadrature with ``1.96 * sqrt(2) * noise`` (the
+    ratio of two figures that each vary by ``noise`` between identical runs).
+    """
+    if not iv.has_interval or noise <= 0 or iv.value is None or iv.value <= 0 or iv.low <= 0:
+        return iv
+    extra = 1.959964 * math.sqrt(2.0) * noise
+    down = math.sqrt(math.log(iv.value / iv.low) ** 2 + extra ** 2)
+    up = math.sqrt(math.log(iv.high / iv.value) ** 2 + extra ** 2)
+    return Interval(iv.value, iv.value * math.exp(-down), iv.value * math.exp(up), iv.n)
 
 
 # --------------------------------------------------------------------------- repeats
@@ -350,3 +430,27 @@ def repeat_interval(values: Sequence[float]) -> Interval:
         return Interval(mean, n=1)
     half = t_quantile(array.size - 1) * float(array.std(ddof=1)) / math.sqrt(array.size)
     return Interval(mean, mean - half, mean + half, int(array.size))
+
+
+def repeat_ratio_interval(top: Sequence[float], bottom: Sequence[float]) -> Interval:
+    """``mean(top) / mean(bottom)`` of per-repeat figures, with Welch's t interval of the log ratio.
+
+    The repeats are the replication unit, so run-to-run noise is in the interval itself.
+    Needs two positive figures on each side.
+    """
+    from llmload.core.metrics import ratio
+
+    a = np.asarray([v for v in top if v is not None], dtype=float)
+    b = np.asarray([v for v in bottom if v is not None], dtype=float)
+    if a.size < 2 or b.size < 2 or (a <= 0).any() or (b <= 0).any():
+        return Interval(ratio(float(a.mean()) if a.size else None, float(b.mean()) if b.size else None),
+                        n=int(min(a.size, b.size)))
+    la, lb = np.log(a), np.log(b)
+    va, vb = la.var(ddof=1) / a.size, lb.var(ddof=1) / b.size
+    se = math.sqrt(va + vb)
+    df = (va + vb) ** 2 / ((va ** 2 / (a.size - 1) if va else 0.0) + (vb ** 2 / (b.size - 1) if vb else 0.0)) \
+        if va + vb > 0 else float(a.size + b.size - 2)
+    half = t_quantile(max(1, int(df))) * se
+    centre = float(la.mean() - lb.mean())
+    return Interval(ratio(float(a.mean()), float(b.mean())), math.exp(centre - half), math.exp(centre + half),
+                    int(min(a.size, b.size)))

@@ -13,17 +13,36 @@ def prompt_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def pair_run(tmp_path_factory, prompt_dir):
+def pair_run(tmp_path_factory, prompt_dir16):
     """Two servers: ``mock`` (TTFT 50 ms, started by the runner) and ``vllm``, a mock of ours with TTFT 100 ms.
 
-    qa, sync and stream, 1 and 4 users, 12 requests of 8 tokens per cell; no report (the tests merge).
+    qa, sync and stream, 1 and 4 users, 16 requests (16 prompts) of 8 tokens per cell; no report (the tests merge).
     """
     folder = tmp_path_factory.mktemp("pair")
     url, server = start_mock(folder, ttft_ms=100)
     try:
         run_runner("--servers", f"mock,vllm={url}", "--tasks", "qa", "--modes", "sync,stream", "--parallel", "1,4",
-                   "--requests", "12", "--max-tokens", "8", "--mock-ttft-ms", "50", "--data-dir", str(prompt_dir),
+                   "--requests", "16", "--max-tokens", "8", "--mock-ttft-ms", "50", "--data-dir", str(prompt_dir16),
                    "--out", str(folder / "run"), "--no-report")
     finally:
         server.stop()
     return folder / "run"
+
+
+@pytest.fixture(scope="session")
+def prompt_dir16(tmp_path_factory):
+    return make_data(tmp_path_factory.mktemp("prompts16"), ("qa",), n=16)
+
+
+@pytest.fixture(scope="session")
+def mock_runs(tmp_path_factory, prompt_dir16):
+    """Three real runs of the runner's mock, qa stream at 1 and 4 users, 16 requests (16 prompts) of 8 tokens:
+    ``a`` and ``same`` with TTFT 50 ms, ``slow`` with TTFT 100 ms."""
+    folder = tmp_path_factory.mktemp("mock-runs")
+    runs = {}
+    for name, ttft in (("a", 50), ("same", 50), ("slow", 100)):
+        run_runner("--servers", "mock", "--tasks", "qa", "--modes", "stream", "--parallel", "1,4", "--requests",
+                   "16", "--max-tokens", "8", "--mock-ttft-ms", str(ttft), "--data-dir", str(prompt_dir16),
+                   "--out", str(folder / name), "--no-report")
+        runs[name] = folder / name
+    return runs

@@ -110,3 +110,73 @@ class ScriptedRun:
 def read_csv(path: Path) -> list[dict]:
     with path.open(newline="") as handle:
         return list(csv.DictReader(handle))
+
+
+class FakeOpenAI:
+    """A tiny OpenAI-compatible chat server in a thread: words as tokens, ``usage(n)`` as the reported count.
+
+    ``usage`` maps the number of generated tokens to ``completion_tokens`` (None: no usage at all).
+    """
+
+    WORDS = ("the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog")
+
+    def __init__(self, usage):
+        import json
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _send(self, status: int, body: bytes, ctype: str = "application/json"):
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self):
+                if self.path.startswith("/v1/models"):
+                    self._send(200, json.dumps({"object": "list", "data": [{"id": "fake", "object": "model"}]})
+                               .encode())
+                else:
+                    self._send(200, b"{}")
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                n = int(body.get("max_tokens") or body.get("max_completion_tokens") or 8)
+                words = [" " + fake.WORDS[i % len(fake.WORDS)] for i in range(n)]
+                reported = fake.usage(n)
+                usage = None if reported is None else {"prompt_tokens": 5, "completion_tokens": reported,
+                                                       "total_tokens": 5 + reported}
+                if not body.get("stream"):
+                    payload = {"id": "x", "object": "chat.completion", "model": "fake",
+                               "choices": [{"index": 0, "message": {"role": "assistant", "content": "".join(words)},
+                                            "finish_reason": "length"}]}
+                    if usage:
+                        payload["usage"] = usage
+                    self._send(200, json.dumps(payload).encode())
+                    return
+                events = [{"id": "x", "object": "chat.completion.chunk", "model": "fake",
+                           "choices": [{"index": 0, "delta": {"content": w}, "finish_reason": None}]}
+                          for w in words]
+                if usage and (body.get("stream_options") or {}).get("include_usage"):
+                    events.append({"id": "x", "object": "chat.completion.chunk", "model": "fake", "choices": [],
+                                   "usage": usage})
+                text = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+                self._send(200, text.encode(), "text/event-stream")
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.usage = usage
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -1,0 +1,183 @@
+"""Compare two run folders cell by cell: per figure A, B and B/A with its 95 % interval and significance.
+
+    python -m reports.compare RUN_A RUN_B [--out DIR]     # default DIR: RUN_B/compare/
+
+Cells match on server, task, mode and load level (repeats pooled) where both
+runs completed them; capacity searches match on server, task and mode. The
+ratio B/A of a figure comes with a paired bootstrap over the prompt ids both
+runs sent (each run resampled on its own where they share none); it is
+significant when its interval excludes 1. A capacity's interval is the ratio
+of the two search brackets. Writes ``compare.md``, ``compare.csv`` and
+``compare_ratios.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from llmload.core.metrics import SLO, ratio
+from llmload.core.stats import CELL_NOISE, Interval
+from llmload.core.tables import render
+from reports.estimates import ratio_intervals
+from reports.format import number, title
+from reports.merge import RATIO_COLUMNS, add_noise_option, estimate_text, level, ratio_text, run_rows, write_csv
+from reports.run import ReportError, RunData, load_run
+
+COLUMNS = ["server", "task", "mode", "concurrency", "rate", "metric", "a", "b", "ratio", "ci_low", "ci_high",
+           "significant", "pairs", "method"]
+
+
+def point(row: dict) -> tuple:
+    """What a cell is matched on across runs: server, task, mode and load level."""
+    return (row["server"], row["task"], row["mode"], row["concurrency"], row.get("rate"))
+
+
+def describe_point(key: tuple) -> str:
+    server, task, mode, concurrency, rate = key
+    return f"{server} {task} {mode} " + (f"r{rate:g}/s" if rate is not None else f"c{concurrency}")
+
+
+def holdings(groups: list[dict], capacity: list[dict]) -> str:
+    """What a run completed, compactly: ``mock qa stream c1,c4; capacity: mock qa stream``."""
+    by: dict[tuple, list[str]] = {}
+    for row in groups:
+        if row["status"] == "ok":
+            by.setdefault((row["server"], row["task"], row["mode"]), []).append(level(row))
+    parts = [f"{' '.join(k)} {','.join(v)}" for k, v in by.items()]
+    if capacity:
+        parts.append("capacity: " + ", ".join(f"{c.get('server')} {c.get('task')} {c.get('mode')}" for c in capacity))
+    return "; ".join(parts) or "no completed cell"
+
+
+def bracket_ratio(top: dict, bottom: dict) -> Interval:
+    """``top / bottom`` capacity; its interval spans what the two search brackets allow
+    (``[top_low / bottom_high, top_high / bottom_low]``), none where a bracket is open."""
+    value = ratio(top.get("capacity_rps"), bottom.get("capacity_rps"))
+    t_low, t_high = (top.get("bracket") or [None, None])[:2]
+    b_low, b_high = (bottom.get("bracket") or [None, None])[:2]
+    steps = len(top.get("steps") or []) + len(bottom.get("steps") or [])
+    if None in (t_low, t_high, b_low, b_high) or not b_low or not b_high:
+        return Interval(value, n=steps)
+    return Interval(value, t_low / b_high, t_high / b_low, n=steps)
+
+
+def capacity_key(entry: dict) -> tuple:
+    return (entry.get("server"), entry.get("task"), entry.get("mode"))
+
+
+def compare(a: RunData, b: RunData, noise: float = CELL_NOISE) -> dict:
+    """Rows of the comparison, the capacity rows, and the cells left out (with why)."""
+    _, groups_a = run_rows(a)
+    _, groups_b = run_rows(b)
+    ok_a = {point(r): r for r in groups_a if r["status"] == "ok"}
+    ok_b = {point(r): r for r in groups_b if r["status"] == "ok"}
+    shared = [k for k in ok_a if k in ok_b]
+    caps_a = {capacity_key(e): e for e in a.capacity}
+    caps_b = {capacity_key(e): e for e in b.capacity}
+    shared_caps = [k for k in caps_a if k in caps_b]
+    if not shared and not shared_caps:
+        raise ReportError(f"the runs share no completed cell (same server, task, mode and level) nor capacity "
+                          f"result: A ({a.path}) holds {holdings(groups_a, a.capacity)}; "
+                          f"B ({b.path}) holds {holdings(groups_b, b.capacity)}")
+    rows = []
+    for key in shared:
+        ra, rb = ok_a[key], ok_b[key]
+        found = ratio_intervals(rb["_requests"], ra["_requests"], RATIO_COLUMNS, ("compare",) + key, noise,
+                                rb["_cells"], ra["_cells"])
+        for column in RATIO_COLUMNS:
+            if column not in found or ra.get(column) is None or rb.get(column) is None:
+                continue
+            iv, method = found[column]
+            rows.append({"server": key[0], "task": key[1], "mode": key[2], "concurrency": key[3], "rate": key[4],
+                         "metric": column, "a": ra.get(column), "b": rb.get(column),
+                         "ratio": iv.value if iv.value is not None else ratio(rb.get(column), ra.get(column)),
+                         "ci_low": iv.low, "ci_high": iv.high, "significant": iv.significant, "pairs": iv.n,
+                         "method": method, "_iv": iv, "_a": ra, "_b": rb})
+    capacity = []
+    for key in shared_caps:
+        ea, eb = caps_a[key], caps_b[key]
+        iv = bracket_ratio(eb, ea)
+        capacity.append({"server": key[0], "task": key[1], "mode": key[2], "concurrency": None, "rate": None,
+                         "metric": "capacity_rps", "a": ea.get("capacity_rps"), "b": eb.get("capacity_rps"),
+                         "ratio": iv.value, "ci_low": iv.low, "ci_high": iv.high, "significant": iv.significant,
+                         "pairs": None, "method": "brackets", "_iv": iv,
+                         "slo": SLO(**{k: v / 1000.0 for k, v in (eb.get("slo") or {}).items()}).describe()})
+    left_out = []
+    for name, mine, other_ok, groups in (("A", ok_a, ok_b, groups_a), ("B", ok_b, ok_a, groups_b)):
+        for row in groups:
+            key = point(row)
+            if key in shared:
+                continue
+            if row["status"] != "ok":
+                left_out.append(f"{describe_point(key)}: {row['status']} in {name}"
+                                + (f" ({row['error']})" if row.get("error") else ""))
+            elif key not in other_ok:
+                left_out.append(f"{describe_point(key)}: only completed in {name}")
+    return {"rows": rows, "capacity": capacity, "left_out": sorted(set(left_out))}
+
+
+def markdown(a: RunData, b: RunData, result: dict, plot: Path | None, noise: float) -> str:
+    parts = ["# Comparison: B / A", "", f"- A: {a.path}", f"- B: {b.path}", "",
+             "B/A of each figure with its 95 % interval: a paired bootstrap over the prompt ids both runs sent, "
+             f"widened for run-to-run noise of {noise * 100:g} % per run (`--cell-noise`), or Welch's t over "
+             "repeats where both runs have 2 or more; significant: the interval excludes 1. Latencies in ms.", ""]
+    body = []
+    for r in result["rows"]:
+        body.append([describe_point(point(r)), title(r["metric"]), estimate_text(r["metric"], r["_a"]),
+                     estimate_text(r["metric"], r["_b"]), ratio_text(r["_iv"]),
+                     None if r["significant"] is None else ("yes" if r["significant"] else "no")])
+    if body:
+        parts += [render(body, ["cell", "figure", "A", "B", "B / A [95 %]", "significant"]), ""]
+    if result["capacity"]:
+        parts += ["## Capacity at SLO", "",
+                  render([[f"{r['server']} {r['task']} {r['mode']}", r["slo"], number(r["a"]) if r["a"] else None,
+                           number(r["b"]) if r["b"] else None, ratio_text(r["_iv"]),
+                           None if r["significant"] is None else ("yes" if r["significant"] else "no")]
+                          for r in result["capacity"]],
+                         ["server task mode", "SLO", "A req/s", "B req/s", "B / A [bracket]", "significant"]), ""]
+    if result["left_out"]:
+        parts += ["## Not compared", ""] + [f"- {line}" for line in result["left_out"]] + [""]
+    if plot:
+        parts += [f"![{plot.stem}]({plot.name})", ""]
+    return "\n".join(parts)
+
+
+def compare_runs(run_a: str | Path, run_b: str | Path, out_dir: str | Path | None = None,
+                 noise: float = CELL_NOISE) -> Path:
+    """Compare two run folders; write the table, CSV and plot into ``out_dir``; return the Markdown."""
+    from reports.plots import compare_plot
+
+    a, b = load_run(run_a), load_run(run_b)
+    result = compare(a, b, noise)
+    out = Path(out_dir) if out_dir else b.path / "compare"
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(out / "compare.csv", result["rows"] + result["capacity"], COLUMNS)
+    plot = compare_plot(result["rows"] + result["capacity"], out / "compare_ratios.png")
+    path = out / "compare.md"
+    path.write_text(markdown(a, b, result, plot, noise))
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m reports.compare",
+                                description="Compare two run folders cell by cell (same server, task, mode and "
+                                            "level; capacity results where both have them): B/A per figure with "
+                                            "its 95 % interval and whether it is significant.")
+    p.add_argument("run_a", type=Path, help="the first run folder (A)")
+    p.add_argument("run_b", type=Path, help="the second run folder (B)")
+    p.add_argument("--out", type=Path, default=None, help="output folder (default: RUN_B/compare)")
+    add_noise_option(p)
+    args = p.parse_args(argv)
+    try:
+        path = compare_runs(args.run_a, args.run_b, args.out, args.cell_noise / 100.0)
+    except ReportError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

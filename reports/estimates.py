@@ -1,0 +1,152 @@
+"""Intervals of the report's figures: each summary column as a :class:`~llmload.core.stats.Statistic`.
+
+A set of requests (one cell, or the repeats of one cell pooled) becomes one
+statistic per column of :func:`llmload.core.metrics.summary_columns`: every
+distribution's statistics, and the throughputs through the effective-concurrency
+estimator (``docs/statistics.md``). Units are request indices for a cell's own
+intervals and prompt ids for the paired ratios between servers or runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from llmload.core.metrics import METRICS, RequestResult, request_metrics, summarize
+from llmload.core.stats import (CELL_NOISE, Interval, Statistic, intervals, ratio_interval, repeat_interval,
+                                repeat_ratio_interval, widened)
+
+#: Run-level figures that get an interval (counts and the wall time do not: they are what was done).
+ESTIMATED_FIGURES = ("request_throughput", "output_token_throughput", "slo_attainment", "goodput")
+RATES = {"request_throughput", "output_token_throughput", "goodput"}
+
+
+def estimated(column: str) -> bool:
+    """Whether ``column`` carries ``_ci_low``/``_ci_high`` columns."""
+    if column in ESTIMATED_FIGURES:
+        return True
+    name, _, stat = column.rpartition("_")
+    return any(m.name == name for m in METRICS) and stat != "max"
+
+
+@dataclass
+class Requests:
+    """The measured requests of a cell (or of pooled cells) as arrays, ready to become statistics."""
+
+    measured: list[RequestResult]
+    duration_s: float  # summed over pooled cells
+
+    def __post_init__(self) -> None:
+        ok = [(i, r) for i, r in enumerate(self.measured) if r.success]
+        self.ok_index = np.array([i for i, _ in ok], dtype=int)
+        self.metrics = [request_metrics(r) for _, r in ok]
+        self.prompts = np.array([r.prompt_id or f"#{i}" for i, r in enumerate(self.measured)], dtype=object)
+        self.e2e = np.array([m.e2e for m in self.metrics], dtype=float)
+        self.tokens = np.array([m.output_tokens for m in self.metrics], dtype=float)
+        slo = [r.slo_ok for r in self.measured]
+        self.has_slo = any(s is not None for s in slo)
+        self.slo_all = np.array([bool(s) for s in slo], dtype=float)
+        self.values: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        for metric in METRICS:
+            vals, owners = [], []
+            for i, m in zip(self.ok_index, self.metrics):
+                got = metric.values(m)
+                vals.extend(got)
+                owners.extend([i] * len(got))
+            self.values[metric.name] = (np.asarray(vals, dtype=float), np.asarray(owners, dtype=int))
+
+    def units(self, owners: np.ndarray, by: str) -> np.ndarray:
+        return owners if by == "request" else self.prompts[owners].astype(str)
+
+    def statistics(self, by: str = "request") -> dict[str, Statistic]:
+        """One statistic per estimated column; ``by``: ``request`` (a cell's intervals) or ``prompt`` (pairs)."""
+        out: dict[str, Statistic] = {}
+        concurrency = float(self.e2e.sum()) / self.duration_s if self.duration_s > 0 else 0.0
+        if self.e2e.size and concurrency > 0:
+            units = self.units(self.ok_index, by)
+            out["request_throughput"] = Statistic("rate", np.ones_like(self.e2e), units, self.e2e, concurrency)
+            out["output_token_throughput"] = Statistic("rate", self.tokens, units, self.e2e, concurrency)
+            if self.has_slo:
+                met = self.slo_all[self.ok_index]
+                out["goodput"] = Statistic("rate", met, units, self.e2e, concurrency)
+        if self.has_slo and self.measured:
+            out["slo_attainment"] = Statistic("mean", 100.0 * self.slo_all,
+                                              self.units(np.arange(len(self.measured)), by))
+        for metric in METRICS:
+            values, owners = self.values[metric.name]
+            if values.size == 0:
+                continue
+            units = self.units(owners, by)
+            for stat in metric.stats:
+                out[metric.column(stat)] = Statistic(stat, values, units)
+        return out
+
+    def counts(self) -> dict[str, int]:
+        """``<metric>_n``: how many values each distribution holds."""
+        return {f"{m.name}_n": int(self.values[m.name][0].size) for m in METRICS}
+
+
+def requests_of(cells) -> Requests:
+    """The pooled measured requests of ``cells`` (CellData with results and a summary)."""
+    measured: list[RequestResult] = []
+    duration = 0.0
+    for c in cells:
+        measured.extend(c.measured)
+        duration += c.summary.duration_s if c.summary else 0.0
+    return Requests(measured, duration)
+
+
+def cell_intervals(requests: Requests, key: tuple) -> dict[str, Interval]:
+    """Every estimated column of one set of requests with its bootstrap interval over requests."""
+    return intervals(requests.statistics("request"), key=("cell",) + tuple(key))
+
+
+def repeat_intervals(summaries: list, columns=("request_throughput", "output_token_throughput", "goodput")
+                     ) -> dict[str, Interval]:
+    """Throughput figures as the mean over repeats with Student's t interval."""
+    out = {}
+    for column in columns:
+        values = [getattr(s, column) for s in summaries if getattr(s, column) is not None]
+        if values:
+            out[column] = repeat_interval(values)
+    return out
+
+
+def repeat_values(cell_rows: list[dict] | None, column: str) -> list[float] | None:
+    """The figure of each repeat (from the cell rows' intervals), None unless 2+ repeats all have one."""
+    if not cell_rows or len(cell_rows) < 2:
+        return None
+    values = [row.get("_iv", {}).get(column) for row in cell_rows]
+    if any(iv is None or iv.value is None for iv in values):
+        return None
+    return [iv.value for iv in values]
+
+
+def ratio_intervals(top: Requests, bottom: Requests, columns, key: tuple, noise: float = CELL_NOISE,
+                    top_cells: list[dict] | None = None, bottom_cells: list[dict] | None = None
+                    ) -> dict[str, tuple[Interval, str]]:
+    """``top / bottom`` of each column with its interval and how it was made.
+
+    With 2+ repeats on both sides: Welch's t over the repeats (``repeats``). Otherwise the
+    bootstrap over the prompt ids both answered (``paired``; ``unpaired`` where they share
+    none), widened for run-to-run noise of ``noise`` per side (:func:`~llmload.core.stats.widened`).
+    """
+    tops, bottoms = top.statistics("prompt"), bottom.statistics("prompt")
+    out = {}
+    for column in columns:
+        per_top, per_bottom = repeat_values(top_cells, column), repeat_values(bottom_cells, column)
+        if per_top and per_bottom:
+            out[column] = (repeat_ratio_interval(per_top, per_bottom), "repeats")
+        elif column in tops and column in bottoms:
+            iv, paired = ratio_interval(tops[column], bottoms[column], key=("ratio",) + tuple(key) + (column,))
+            out[column] = (widened(iv, noise), "paired" if paired else "unpaired")
+    return out
+
+
+def pooled_summary(cells):
+    """``summarize`` of the pooled requests (distributions of all repeats together)."""
+    results: list[RequestResult] = []
+    for c in cells:
+        results.extend(c.results)
+    return summarize(results)

@@ -1,0 +1,150 @@
+"""Token reconciliation: the server's reported output tokens against the model's tokenizer on the generated text.
+
+For every measured, successful request the raw log holds the server's count
+(``output_tokens`` with ``output_tokens_source == "usage"``) and the generated
+text; where a tokenizer is at hand the text is counted again, all texts of a run
+in one batch call (each distinct text once). Per server the report gives how
+often and by how much the two disagree, and flags a server whose usage is
+missing, or zero beside generated text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from llmload.core.metrics import RequestResult
+from reports.run import ReportError, RunData
+
+#: A server is flagged when more than this share of its requests disagree with the tokenizer (AIPerf's threshold).
+MISMATCH_WARN_PCT = 10.0
+USAGE_ZERO = "usage_zero"
+
+
+@dataclass
+class Tokenizer:
+    """A loaded tokenizer and where it came from."""
+
+    name: str
+    tokenizer: object
+
+    def count(self, texts: list[str]) -> list[int]:
+        """Token counts of ``texts`` without special tokens (one batch call over the distinct texts)."""
+        distinct = sorted(set(texts))
+        if not distinct:
+            return []
+        ids = self.tokenizer(distinct, add_special_tokens=False)["input_ids"]
+        counts = {text: len(i) for text, i in zip(distinct, ids)}
+        return [counts[t] for t in texts]
+
+
+def tokenizer_folder(manifest: dict) -> Path | None:
+    """The run's model folder when it is local, else the embedded default model when materialised."""
+    from llmload.core.model_store import DEFAULT_MODEL_NAME, default_model_dir, is_materialised
+
+    model = manifest.get("model")
+    if model and Path(model).is_dir():
+        return Path(model)
+    served = manifest.get("served_model_name")
+    if served in (None, DEFAULT_MODEL_NAME) and is_materialised():
+        return default_model_dir()
+    return None
+
+
+def load_tokenizer(spec: str | Path) -> Tokenizer:
+    """``transformers.AutoTokenizer`` of a folder or id; :class:`ReportError` (one line) when it cannot load."""
+    try:
+        from transformers import AutoTokenizer
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        return Tokenizer(str(spec), AutoTokenizer.from_pretrained(str(spec)))
+    except Exception as exc:  # transformers raises OSError, ValueError, HF errors...
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
+        raise ReportError(f"--tokenizer {spec}: cannot load a tokenizer ({first})") from None
+
+
+def find_tokenizer(manifest: dict, requested: str | None, enabled: bool = True) -> tuple[Tokenizer | None, str]:
+    """The tokenizer to reconcile with, and a line saying which (or why none)."""
+    if not enabled:
+        return None, "token reconciliation off (--no-tokenizer)"
+    if requested:
+        tok = load_tokenizer(requested)
+        return tok, f"tokenizer: {requested}"
+    folder = tokenizer_folder(manifest)
+    if folder is None:
+        return None, "no tokenizer at hand (the run's model is not a local folder): pass --tokenizer"
+    try:
+        return load_tokenizer(folder), f"tokenizer: {folder}"
+    except ReportError as exc:
+        return None, f"no tokenizer: {exc}"
+
+
+REQUEST_COLUMNS = ["server", "task", "mode", "concurrency", "rate", "repeat", "request_id", "prompt_id",
+                   "output_tokens", "output_tokens_source", "usage_zero", "tokenizer_tokens", "difference"]
+SERVER_COLUMNS = ["server", "requests", "usage_reported", "usage_missing", "usage_zero", "compared", "mismatched",
+                  "mismatch_pct", "mean_difference", "mean_abs_difference", "max_abs_difference",
+                  "relative_difference_pct", "token_source", "verdict"]
+
+
+def usage_count(r: RequestResult) -> int | None:
+    """The server's own count (None where usage was missing or zero beside text)."""
+    return r.output_tokens if r.output_tokens_source == "usage" and USAGE_ZERO not in r.flags else None
+
+
+def reconcile(run: RunData, tokenizer: Tokenizer | None) -> tuple[list[dict], list[dict]]:
+    """(one row per server, one row per request): server counts, tokenizer counts and how they differ."""
+    requests: list[dict] = []
+    for data in run.cells:
+        cell = data.cell
+        for r in data.measured:
+            if not r.success:
+                continue
+            requests.append({"server": cell.server, "task": cell.task, "mode": cell.mode,
+                             "concurrency": cell.concurrency, "rate": cell.rate, "repeat": cell.repeat,
+                             "request_id": r.request_id, "prompt_id": r.prompt_id,
+                             "output_tokens": r.output_tokens, "output_tokens_source": r.output_tokens_source,
+                             "usage_zero": USAGE_ZERO in r.flags, "text": r.output_text,
+                             "usage": usage_count(r)})
+    if tokenizer is not None:
+        for row, n in zip(requests, tokenizer.count([r["text"] for r in requests])):
+            row["tokenizer_tokens"] = n
+            row["difference"] = None if row["usage"] is None else row["usage"] - n
+    servers: list[dict] = []
+    for server in run.servers:
+        mine = [r for r in requests if r["server"] == server]
+        if not mine:
+            continue
+        with_text = [r for r in mine if r["text"]]
+        zero = sum(r["usage_zero"] for r in mine)
+        missing = sum(1 for r in with_text if r["usage"] is None and not r["usage_zero"])
+        compared = [r for r in mine if r.get("difference") is not None]
+        diffs = [r["difference"] for r in compared]
+        mismatched = sum(1 for d in diffs if d != 0)
+        sources: dict[str, int] = {}
+        for r in mine:
+            sources[r["output_tokens_source"]] = sources.get(r["output_tokens_source"], 0) + 1
+        row = {"server": server, "requests": len(mine), "usage_reported": sum(r["usage"] is not None for r in mine),
+               "usage_missing": missing, "usage_zero": zero, "compared": len(compared), "mismatched": mismatched,
+               "mismatch_pct": 100.0 * mismatched / len(compared) if compared else None,
+               "mean_difference": sum(diffs) / len(diffs) if diffs else None,
+               "mean_abs_difference": sum(abs(d) for d in diffs) / len(diffs) if diffs else None,
+               "max_abs_difference": max((abs(d) for d in diffs), default=None),
+               "relative_difference_pct": (100.0 * sum(diffs) / sum(r["tokenizer_tokens"] for r in compared)
+                                           if compared and sum(r["tokenizer_tokens"] for r in compared) else None),
+               "token_source": ", ".join(f"{k} {v}" for k, v in sorted(sources.items()))}
+        row["verdict"] = verdict(row)
+        servers.append(row)
+    return servers, requests
+
+
+def verdict(row: dict) -> str:
+    problems = []
+    if row["usage_zero"]:
+        problems.append(f"usage 0 beside generated text in {row['usage_zero']} requests")
+    if row["usage_missing"]:
+        problems.append(f"usage missing in {row['usage_missing']} requests")
+    if row["mismatch_pct"] is not None and row["mismatch_pct"] > MISMATCH_WARN_PCT:
+        problems.append(f"usage differs from the tokenizer in {row['mismatch_pct']:.0f} % of requests "
+                        f"(mean {row['mean_difference']:+.1f} tokens)")
+    return "FLAG: " + "; ".join(problems) if problems else "ok"

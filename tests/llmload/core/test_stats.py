@@ -1,0 +1,187 @@
+"""The report's statistics against known distributions: interval coverage, pairing, repeats, the sample rule."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from llmload.core.stats import (CONFIDENCE, Interval, Statistic, expanded_alpha, has_enough, interval, intervals,
+                                min_samples, order_interval, ratio_interval, repeat_interval, repeat_ratio_interval, t_quantile,
+                                weighted_quantiles, widened)
+
+DRAWS = 200  # repeated experiments per coverage check: a coverage's standard error is about 1.5 points
+
+
+def coverage(hits: int, draws: int = DRAWS) -> float:
+    return hits / draws
+
+
+def test_min_sample_rule():
+    assert {s: min_samples(s) for s in ("mean", "p50", "p90", "p95", "p99", "rate")} == \
+        {"mean": 10, "p50": 6, "p90": 36, "p95": 72, "p99": 368, "rate": 10}
+    assert min_samples("max") is None and not has_enough("max", 10 ** 6)
+    # what it means: with n values, all fall below the true p99 with probability at most 2.5 %
+    assert 0.99 ** min_samples("p99") <= 0.025 < 0.99 ** (min_samples("p99") - 1)
+    values = np.random.default_rng(0).exponential(size=368)
+    assert interval(Statistic("p99", values[:367])) == Interval(None, n=367)
+    assert interval(Statistic("p99", values)).has_interval
+    assert order_interval(values[:367], 0.99) == (None, None)
+
+
+def test_order_statistic_interval_ranks():
+    """n = 6 for the median: the sample's extremes, each missing it with probability 1/64."""
+    values = np.array([5.0, 1.0, 4.0, 2.0, 6.0, 3.0])
+    assert order_interval(values, 0.5) == (1.0, 6.0)
+    # n = 20, median: ranks 6 and 15 (P(K < 6) = 2.07 %, P(K >= 15) = 2.07 %)
+    assert order_interval(np.arange(1.0, 21.0), 0.5) == (6.0, 15.0)
+
+
+def test_weighted_quantiles_equal_numpy_on_the_expanded_sample():
+    rng = np.random.default_rng(1)
+    values = np.sort(rng.exponential(size=40))
+    weights = rng.integers(0, 4, size=(30, 40))
+    weights[0] = 0
+    weights[1] = 0
+    weights[1, 7] = 1  # a single value
+    got = weighted_quantiles(values, weights, [0.0, 0.5, 0.9, 0.99, 1.0])
+    for row, w in enumerate(weights[1:], 1):
+        expanded = np.repeat(values, w)
+        assert got[:, row] == pytest.approx(np.percentile(expanded, [0, 50, 90, 99, 100]))
+    assert np.isnan(got[:, 0]).all()
+
+
+@pytest.mark.parametrize("n", [40, 200])
+def test_intervals_cover_the_true_value_95_percent_of_the_time(n):
+    """Exponential(1): true mean 1 (bootstrap), median ln 2 and p90 ln 10 (order statistics); 400 samples of n."""
+    rng = np.random.default_rng(2026 + n)
+    truth = {"mean": 1.0, "p50": math.log(2), "p90": math.log(10)}
+    hits = dict.fromkeys(truth, 0)
+    draws = 2 * DRAWS
+    for draw in range(draws):
+        values = rng.exponential(size=n)
+        found = intervals({s: Statistic(s, values) for s in truth}, key=("coverage", n, draw))
+        for stat, iv in found.items():
+            hits[stat] += iv.low <= truth[stat] <= iv.high
+    for stat, h in hits.items():
+        assert 0.92 <= coverage(h, draws) <= 0.99, (stat, coverage(h, draws))
+    print(f"coverage n={n}: " + ", ".join(f"{s} {coverage(h, draws):.3f}" for s, h in hits.items()))
+
+
+def test_inter_token_gaps_are_resampled_with_their_request():
+    """Gaps of one request share its speed: resampling requests covers, resampling gaps alone does not."""
+    rng = np.random.default_rng(5)
+    hits_cluster = hits_naive = 0
+    for draw in range(DRAWS):
+        speed = rng.lognormal(0.0, 0.4, size=30)  # per request
+        gaps = speed[:, None] * rng.exponential(1.0, size=(30, 20))
+        owners = np.repeat(np.arange(30), 20)
+        truth = math.exp(0.4 ** 2 / 2)  # E[speed] * E[exponential]
+        cluster = interval(Statistic("mean", gaps.ravel(), owners), key=("itl", draw))
+        naive = interval(Statistic("mean", gaps.ravel()), key=("itl-naive", draw))
+        hits_cluster += cluster.low <= truth <= cluster.high
+        hits_naive += naive.low <= truth <= naive.high
+    print(f"coverage of gaps: by request {coverage(hits_cluster):.3f}, gap by gap {coverage(hits_naive):.3f}")
+    assert 0.91 <= coverage(hits_cluster) <= 0.99, coverage(hits_cluster)
+    assert coverage(hits_naive) < 0.8, coverage(hits_naive)
+
+
+def test_rate_statistic_is_tokens_over_wall_time():
+    e2e = np.array([0.5, 1.0, 1.5, 1.0, 0.5, 1.5] * 2)
+    tokens = np.array([10, 20, 30, 20, 10, 30] * 2, dtype=float)
+    wall = 6.0  # 2 users in flight on average: sum(E2E) / wall = 2
+    s = Statistic("rate", tokens, None, e2e, scale=e2e.sum() / wall)
+    assert s.point() == pytest.approx(tokens.sum() / wall)
+    iv = interval(s, key=("rate",))
+    assert iv.low <= iv.value <= iv.high and iv.high - iv.low < 1e-9  # tokens are proportional to E2E here
+
+
+def test_paired_ratio_covers_the_true_ratio_and_beats_the_unpaired_one():
+    """Prompts differ 3x in cost; server B takes exactly twice A's time plus its own noise."""
+    rng = np.random.default_rng(11)
+    prompts = np.array([f"p{i}" for i in range(24)])
+    hits = 0
+    widths_paired, widths_unpaired = [], []
+    for draw in range(DRAWS):
+        cost = rng.lognormal(0.0, 0.6, size=24)
+        a = cost * rng.lognormal(0.0, 0.1, size=24)
+        b = 2.0 * cost * rng.lognormal(0.0, 0.1, size=24)
+        paired, was_paired = ratio_interval(Statistic("mean", b, prompts), Statistic("mean", a, prompts),
+                                            key=("paired", draw))
+        assert was_paired
+        unpaired, _ = ratio_interval(Statistic("mean", b, prompts), Statistic("mean", a, prompts),
+                                     key=("unpaired", draw), paired=False)
+        hits += paired.low <= 2.0 <= paired.high
+        widths_paired.append(paired.high - paired.low)
+        widths_unpaired.append(unpaired.high - unpaired.low)
+    print(f"coverage of the paired ratio {coverage(hits):.3f}, width paired / unpaired "
+          f"{np.median(widths_paired) / np.median(widths_unpaired):.2f}")
+    assert 0.91 <= coverage(hits) <= 0.99, coverage(hits)
+    assert np.median(widths_paired) < 0.5 * np.median(widths_unpaired)
+
+
+def test_identical_servers_are_rarely_significant_and_a_2x_one_always():
+    rng = np.random.default_rng(12)
+    prompts = np.array([f"p{i}" for i in range(12)])
+    same = double = 0
+    for draw in range(DRAWS):
+        a, b = rng.lognormal(0.0, 0.3, size=12), rng.lognormal(0.0, 0.3, size=12)
+        same += bool(ratio_interval(Statistic("p50", b, prompts), Statistic("p50", a, prompts),
+                                    key=("same", draw))[0].significant)
+        double += bool(ratio_interval(Statistic("p50", 2 * b, prompts), Statistic("p50", a, prompts),
+                                      key=("double", draw))[0].significant)
+    print(f"p50 ratio significant: identical {same / DRAWS:.3f}, 2x {double / DRAWS:.3f}")
+    assert same / DRAWS <= 0.07 and double / DRAWS >= 0.95
+
+
+def test_the_same_key_gives_the_same_interval_and_another_key_other_draws():
+    values = np.random.default_rng(3).exponential(size=100)
+    a = interval(Statistic("mean", values), key=("cell", "x"))
+    assert interval(Statistic("mean", values), key=("cell", "x")) == a
+    assert interval(Statistic("mean", values), key=("cell", "y")) != a
+
+
+def test_too_few_values_give_no_value_and_a_max_no_interval():
+    assert interval(Statistic("mean", [1.0, 2.0, 3.0])) == Interval(None, n=3)
+    iv = interval(Statistic("max", [1.0, 5.0, 3.0]))
+    assert iv.value == 5.0 and not iv.has_interval
+    assert Interval(2.0, 1.5, 2.5).significant and not Interval(1.0, 0.9, 1.2).significant
+    assert Interval(2.0).significant is None
+
+
+def test_expanded_percentile_interval_tends_to_the_plain_one():
+    assert expanded_alpha(8) < expanded_alpha(30) < expanded_alpha(10 ** 6)
+    assert expanded_alpha(10 ** 6) == pytest.approx((1 - CONFIDENCE) / 2, abs=1e-4)
+
+
+def test_repeat_interval_is_students_t_and_covers():
+    assert t_quantile(1) == pytest.approx(12.706) and t_quantile(2) == pytest.approx(4.303)
+    assert t_quantile(60) == pytest.approx(2.000, abs=2e-3) and t_quantile(1000) == pytest.approx(1.962, abs=1e-3)
+    iv = repeat_interval([10.0, 12.0, 11.0])
+    assert iv.value == pytest.approx(11.0) and iv.high - iv.value == pytest.approx(4.303 / math.sqrt(3))
+    assert not repeat_interval([10.0]).has_interval
+    rng = np.random.default_rng(4)
+    hits = 0
+    for _ in range(DRAWS * 5):
+        iv = repeat_interval(rng.normal(100.0, 5.0, size=3))
+        hits += iv.low <= 100.0 <= iv.high
+    print(f"coverage over 3 repeats {hits / (DRAWS * 5):.3f}")
+    assert 0.93 <= hits / (DRAWS * 5) <= 0.97
+
+
+def test_repeat_ratio_interval_over_repeats():
+    iv = repeat_ratio_interval([20.0, 21.0, 19.5], [10.0, 10.2, 9.9])
+    assert iv.value == pytest.approx(20.1667 / 10.0333, rel=1e-3) and iv.significant
+    assert not repeat_ratio_interval([10.0, 11.0, 9.0], [10.5, 9.5, 10.0]).significant
+    assert not repeat_ratio_interval([10.0], [10.0, 11.0]).has_interval
+
+
+def test_widened_interval_adds_run_noise_on_the_log_scale():
+    iv = Interval(2.0, 1.9, 2.1, 10)
+    wide = widened(iv, 0.03)
+    extra = 1.959964 * math.sqrt(2) * 0.03
+    assert wide.low == pytest.approx(2.0 * math.exp(-math.hypot(math.log(2.0 / 1.9), extra)))
+    assert wide.high == pytest.approx(2.0 * math.exp(math.hypot(math.log(2.1 / 2.0), extra)))
+    assert widened(iv, 0.0) == iv and widened(Interval(None, n=3), 0.03) == Interval(None, n=3)
+    assert not widened(Interval(1.05, 1.01, 1.09), 0.03).significant

@@ -1,0 +1,97 @@
+"""Intervals in the merged report: CSV columns, Markdown text, the sample rule, paired server ratios, repeats."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from llmload.core.metrics import column_title
+from llmload.core.stats import min_samples, t_quantile
+from reports.format import number
+from reports.merge import merge_run
+from report_helpers import ScriptedRun, closed_loop, read_csv
+
+
+def f(text: str) -> float | None:
+    return None if text == "" else float(text)
+
+
+def servers_run(path, ratio: float = 2.0, n: int = 40, repeats: int = 1) -> ScriptedRun:
+    """``vllm`` with TTFT ``ratio`` x ``basic``'s on the same prompts (prompt i costs 1 + i/n), stream, 2 users."""
+    run = ScriptedRun(path, {"baseline": "vllm"})
+    for repeat in range(repeats):
+        rng = np.random.default_rng(repeat)
+        cost = 1.0 + np.arange(n) / n
+        for server, scale in (("basic", 0.05), ("vllm", 0.05 * ratio)):
+            ttfts = scale * cost * rng.lognormal(0.0, 0.05, n)
+            run.add(server, "qa", "stream", 2, closed_loop(ttfts, 2, prompts=n, t0=1000.0 + 100 * repeat),
+                    repeat=repeat)
+    return run
+
+
+def test_csv_intervals_and_counts_follow_the_sample_rule(tmp_path):
+    run = servers_run(tmp_path / "run", n=40)
+    md = merge_run(run.path, tmp_path / "r", use_tokenizer=False).read_text()
+    rows = read_csv(tmp_path / "r" / "summary.csv")
+    for row in rows:
+        assert row["ttft_n"] == "40" and int(row["itl_n"]) == 40 * 7
+        for column in ("ttft_p50", "ttft_p90", "e2e_mean", "output_token_throughput", "itl_p50"):
+            low, value, high = f(row[f"{column}_ci_low"]), f(row[column]), f(row[f"{column}_ci_high"])
+            assert low <= value <= high, column
+        assert row["ttft_p99"] != "" and row["ttft_p99_ci_low"] == row["ttft_p99_ci_high"] == ""  # 40 < 368
+        assert "dispatch_lag_max_ci_low" not in row  # a maximum never gets an interval
+    header = next(line for line in md.splitlines() if line.startswith("| server"))
+    line = next(line for line in md.splitlines() if line.startswith("| basic"))
+    cells = dict(zip([c.strip() for c in header.split("|")], [c.strip() for c in line.split("|")]))
+    assert cells[column_title("ttft_p99")] == f"n=40<{min_samples('p99')}"
+    low, high = f(rows[0]["ttft_p50_ci_low"]) * 1000, f(rows[0]["ttft_p50_ci_high"]) * 1000
+    assert cells[column_title("ttft_p50")].endswith(f"[{low:.1f}, {high:.1f}]")
+
+
+def test_small_cells_print_no_percentile_and_no_interval(tmp_path):
+    run = servers_run(tmp_path / "run", n=8)
+    md = merge_run(run.path, tmp_path / "r", use_tokenizer=False).read_text()
+    line = next(line for line in md.splitlines() if line.startswith("| basic"))
+    assert "n=8<36" in line and "n=8<368" in line and "(n=8)" in line  # p90, p99; a mean without interval
+    rows = read_csv(tmp_path / "r" / "summary.csv")
+    assert rows[0]["tpot_mean_ci_low"] == "" and rows[0]["ttft_p50_ci_low"] != ""  # p50 needs 6, a mean 10
+
+
+def test_the_report_is_reproducible(tmp_path):
+    run = servers_run(tmp_path / "run")
+    merge_run(run.path, tmp_path / "one", use_tokenizer=False)
+    merge_run(run.path, tmp_path / "two", use_tokenizer=False)
+    for name in ("summary.csv", "ratios.csv", "summary.md"):
+        assert (tmp_path / "one" / name).read_text() == (tmp_path / "two" / name).read_text(), name
+
+
+@pytest.mark.parametrize("truth, significant", [(2.0, "True"), (1.0, "False")])
+def test_server_ratios_carry_a_paired_interval_and_say_if_significant(tmp_path, truth, significant):
+    run = servers_run(tmp_path / "run", ratio=truth)
+    md = merge_run(run.path, tmp_path / "r", use_tokenizer=False).read_text()
+    ratios = {r["metric"]: r for r in read_csv(tmp_path / "r" / "ratios.csv")}
+    ttft = ratios["ttft_p50"]
+    assert ttft["ratio"] == "vllm / basic" and ttft["method"] == "paired" and ttft["pairs"] == "40"
+    assert f(ttft["ci_low"]) <= f(ttft["value"]) <= f(ttft["ci_high"])
+    assert abs(f(ttft["value"]) - truth) < 0.1 * truth and ttft["significant"] == significant
+    assert ratios["ttft_p99"]["ci_low"] == "" and ratios["ttft_p99"]["significant"] == ""  # too few
+    assert "## Ratios: vllm over each server" in md
+    assert (" *" in md.split("## Ratios")[1].split("##")[0]) == (truth != 1.0)
+
+
+def test_repeats_pool_latencies_and_give_throughput_a_t_interval(tmp_path):
+    run = servers_run(tmp_path / "run", repeats=3, n=12)
+    md = merge_run(run.path, tmp_path / "r", use_tokenizer=False).read_text()
+    cells = read_csv(tmp_path / "r" / "summary.csv")
+    assert sorted(int(r["repeat"]) for r in cells if r["server"] == "basic") == [0, 1, 2]
+    per_repeat = [f(r["output_token_throughput"]) for r in cells if r["server"] == "basic"]
+    mean = sum(per_repeat) / 3
+    half = t_quantile(2) * float(np.std(per_repeat, ddof=1)) / math.sqrt(3)
+    line = next(line for line in md.splitlines() if line.startswith("| basic"))
+    assert "| 3 " in line  # the repeats column
+    assert f"{number(mean)} [{number(mean - half)}, {number(mean + half)}]" in line
+    ratios = {r["metric"]: r for r in read_csv(tmp_path / "r" / "ratios.csv")}
+    assert ratios["output_token_throughput"]["method"] == "repeats"
+    assert ratios["ttft_p50"]["method"] == "repeats" and ratios["ttft_p50"]["significant"] == "True"
