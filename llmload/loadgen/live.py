@@ -147,7 +147,8 @@ class LiveBoard:
             sketch = merged[name]
             return None if not sketch.count else round(sketch.get_quantile_value(quantile) * 1000.0, 2)
 
-        span = float(self.window_s)
+        first = min(self._buckets, default=last)
+        span = float(max(1, min(self.window_s, last - first + 1)))  # the run's first seconds: what they cover
         return {"time": round(now, 3), "window_s": self.window_s,
                 "requests_per_s": round((requests - failures) / span, 3),
                 "failures_per_s": round(failures / span, 3), "output_tokens_per_s": round(tokens / span, 2),

@@ -210,6 +210,10 @@ class LoadPlugin:
         if self.is_worker:
             return
         self.stop_monitor()
+        if getattr(self.environment.parsed_options, "html_file", None):
+            from llmload.loadgen.webui import write_html_extras  # flask: only for --html
+
+            write_html_extras(self.environment, self)
         if self.settings.csv_prefix:
             stop_locust_csv_writer()
             self.write_final_csv()
@@ -240,7 +244,13 @@ class LoadPlugin:
         self.stop_signalled = True
         log.info(f"llmload: got {signal.Signals(signum).name}, stopping (Ctrl-C again to stop at once)")
         self.finishing = True
-        gevent.spawn(self.runner.quit)
+        gevent.spawn(self._quit_all)
+
+    def _quit_all(self) -> None:
+        """Stop the users and the web UI (which would keep the process alive), as the end of ``-t`` does."""
+        self.runner.quit()
+        if getattr(self.environment, "web_ui", None) is not None:
+            self.environment.web_ui.stop()
 
     def _spawn(self, function, *args) -> None:
         self._greenlets.append(gevent.spawn(function, *args))

@@ -15,10 +15,7 @@ import statistics
 import subprocess
 import time
 import urllib.request
-from pathlib import Path
 from types import SimpleNamespace
-
-import pytest
 
 from locust_helpers import ITL_MS, TTFT_MS, locust_command, output, run_locust, write_prompts
 from llmload.core.metrics import RequestResult, request_metrics
@@ -34,45 +31,9 @@ TTFT_LOW_MS, TTFT_HIGH_MS = TTFT_MS - 4.0, TTFT_MS + 12.0
 #: A poll may block the gevent loop for about a millisecond at most (medians over repeated calls).
 POLL_BUDGET_MS = 1.0
 
-WRAPPER = '''\
-"""chat.py's user, with the LLM section added to --html at quit (what the plugin's on_quit does once wired)."""
-import locust
-from llmload.loadgen.plugin import plugin_for
-from llmload.loadgen.user import LLMUser
-from llmload.loadgen.webui import write_html_extras
-
-ENVIRONMENTS = []
-
-
-class ChatUser(LLMUser):
-    task_name = "chat"
-
-
-@locust.events.init.add_listener
-def _keep(environment, **_kw):
-    ENVIRONMENTS.append(environment)
-
-
-@locust.events.quit.add_listener
-def _extras(**_kw):
-    for environment in ENVIRONMENTS:
-        write_html_extras(environment, plugin_for(environment))
-'''
-
-
 def get(url: str) -> bytes:
     with urllib.request.urlopen(url, timeout=5) as response:
         return response.read()
-
-
-def html_locustfile(folder: Path) -> str:
-    """The locustfile for --html runs: chat.py itself once the plugin calls write_html_extras at quit, else a
-    wrapper that does it from its own quit listener (the call is idempotent, so both may run)."""
-    if "write_html_extras" in (REPO_ROOT / "llmload" / "loadgen" / "plugin.py").read_text():
-        return "chat.py"
-    path = folder / "chat_html.py"
-    path.write_text(WRAPPER)
-    return str(path)
 
 
 def test_llm_metrics_tab_shows_live_exact_figures(mock_server, tmp_path):
@@ -313,7 +274,7 @@ def test_html_report_has_the_llm_table_and_charts(mock_server, tmp_path):
     url, server_pid = mock_server
     prompts = write_prompts(tmp_path / "chat.jsonl")
     report = tmp_path / "report.html"
-    proc = run_locust(html_locustfile(tmp_path), url, "-u", "2", "-r", "2", "--requests", "24", "-t", "60s",
+    proc = run_locust("chat.py", url, "-u", "2", "-r", "2", "--requests", "24", "-t", "60s",
                       "--max-tokens", "10", "--ignore-eos", "--dataset", str(prompts), "--csv", str(tmp_path / "run"),
                       "--monitor-pid", str(server_pid), "--html", str(report))
     assert proc.returncode == 0, output(proc)[-3000:]

@@ -23,14 +23,13 @@ import shutil
 import subprocess
 import tempfile
 import time
-from pathlib import Path
 
 import pytest
 
 from locust_helpers import locust_command, output, run_locust, write_prompts
 from llmload.core.paths import REPO_ROOT
 from llmload.core.services import free_port
-from test_locust_webui import TTFT_HIGH_MS, TTFT_LOW_MS, html_locustfile
+from test_locust_webui import TTFT_HIGH_MS, TTFT_LOW_MS
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = [
@@ -168,7 +167,7 @@ def test_html_report_draws_the_llm_charts_in_chromium(mock_server, browser_page,
     url, server_pid = mock_server
     prompts = write_prompts(tmp_path / "chat.jsonl")
     report = tmp_path / "report.html"
-    proc = run_locust(html_locustfile(tmp_path), url, "-u", "2", "-r", "2", "--requests", "24", "-t", "60s",
+    proc = run_locust("chat.py", url, "-u", "2", "-r", "2", "--requests", "24", "-t", "60s",
                       "--max-tokens", "10", "--ignore-eos", "--dataset", str(prompts), "--csv", str(tmp_path / "run"),
                       "--monitor-pid", str(server_pid), "--html", str(report))
     assert proc.returncode == 0, output(proc)[-3000:]
