@@ -95,3 +95,21 @@ def test_sigterm_is_one_clean_shutdown_with_the_log_and_summary_complete(zero_de
     stats = (raw.with_name("soak_stats.csv")).read_text().splitlines()
     aggregated = next(line for line in stats if ",Aggregated," in line)
     assert int(aggregated.split(",")[2]) == len(results)  # Locust's stats and the raw log agree
+
+
+def test_sigterm_also_ends_a_run_with_the_web_ui(zero_delay_mock, tmp_path):
+    url, _ = zero_delay_mock
+    prompts = write_prompts(tmp_path / "p.jsonl", count=50, max_tokens=4)
+    proc = subprocess.Popen(locust_command("chat.py", url, "--web-host", "127.0.0.1", "--web-port",
+                                           str(free_port()), "--autostart", "-u", "4", "-r", "4", "--model", "mock",
+                                           "--dataset", str(prompts), "--raw-log", str(tmp_path / "ui.jsonl")),
+                            cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        time.sleep(4)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0 and "Traceback" not in out and out.count("Shutting down") == 1, out[-3000:]
+    assert sum(1 for _ in iter_results(tmp_path / "ui.jsonl")) > 10

@@ -35,7 +35,7 @@ import pytest
 
 from benchmarks.recording_mock import measurement_errors_ms, server_truth
 from locust_helpers import ITL_MS, TTFT_MS, output, read_stats, run_locust, write_prompts
-from llmload.core.metrics import request_metrics, summarize
+from llmload.core.metrics import summarize
 from llmload.core.rawlog import read_results
 
 TOKENS = 10
