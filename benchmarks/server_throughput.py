@@ -1,26 +1,31 @@
 """Server benchmark: naive vs batched vs vLLM, side by side, on the same model, prompts and output length.
 
 For each server in turn (never two at once: they would share the CPU), it
-starts the server, sends one warm-up request, then for each concurrency level
-runs a closed loop: ``C`` client threads, each sending its next streamed
-request as soon as the previous one ends, until ``C x --requests-per-user``
-requests are done. Every request asks for exactly ``--output-tokens`` tokens
-(``ignore_eos``), so all servers produce the same work, and every prompt is
-unique (see :meth:`Workload.body`). Raw timings become
-:class:`llmload.core.metrics.RequestResult` rows and every figure comes from
-:func:`llmload.core.metrics.summarize`; the table prints output tokens/s and TTFT
-p50 per server and level, with their ratios to vLLM, and the peak RSS of the
-server's whole process tree during the level (the resource monitor samples it):
-with a large ``--requests-per-user`` this is the long-run memory check, since a
-server that leaks grows from level to level.
+starts the server from the target registry (:func:`llmload.targets.start_target`),
+sends one warm-up request, then for each concurrency level runs a closed loop:
+``C`` users (gevent greenlets), each sending its next streamed request as soon
+as the previous one ends, until ``C x --requests-per-user`` requests are done.
+Requests go through the suite's own client (:class:`llmload.core.client.LLMClient`
+over geventhttpclient, as the Locust users send them), so a token, a usage
+count and a failure mean here what they mean in the load tests. Every request
+asks for exactly ``--output-tokens`` tokens (``ignore_eos``), so all servers
+produce the same work, and every prompt of the benchmark is unique (see
+:meth:`Workload.record`). Every figure comes from
+:func:`llmload.core.metrics.summarize`; the table prints output tokens/s and
+TTFT p50 per server and level, the baseline's figure over each server's
+(:func:`llmload.core.metrics.ratio`: ``vllm / server``), and the peak RSS of
+the server's whole process tree during the level (the resource monitor samples
+it): with a large ``--requests-per-user`` this is the long-run memory check,
+since a server that leaks grows from level to level.
 
     python -m benchmarks.server_throughput                      # 1, 8, 32 users (tens of minutes on 2 cores)
     python -m benchmarks.server_throughput --concurrency 1,8 --requests-per-user 2 --output-tokens 32
     python -m benchmarks.server_throughput --servers naive,batched --out results/bench
     python -m benchmarks.server_throughput --servers batched-plain,batched,vllm --concurrency 8   # what packing brings
 
-The goal the table checks: at 8 and 32 users, batched reaches at least half of
-vLLM's token throughput with a TTFT p50 at most twice vLLM's. On a shared
+The goal the table checks, at 8 and 32 users: batched reaches at least half
+of vLLM's token throughput (vLLM / batched tokens/s at most 2) with a TTFT p50
+at most twice vLLM's (vLLM / batched TTFT p50 at least 0.5). On a shared
 machine the figures are noisy: compare runs made at the same time.
 
 Threads: vLLM on a small CPU runs its model on one OpenMP thread and leaves
@@ -35,42 +40,34 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import threading
 import time
-import urllib.error
-import urllib.request
-import uuid
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from benchmarks.cli import choice_list, int_list, positive_int
-from llmload.core.wire import (
-    ENDPOINTS,
-    GenerationParams,
-    Outcome,
-    StreamReader,
-    WireError,
-    build_body,
-    encode_body,
-    http_error_message,
-)
-from llmload.core.metrics import RequestResult, RunSummary, summarize
+import gevent
+from geventhttpclient.client import HTTPClientPool
+
+from llmload.core.cliargs import int_list, non_negative_int, positive_float, positive_int
+from llmload.core.client import LLMClient
+from llmload.core.metrics import RequestResult, RunSummary, ratio, summarize
+from llmload.core.model_store import ModelNotAvailable, resolve_model, served_model_name
 from llmload.core.rawlog import write_results
 from llmload.core.records import PromptRecord, RecordFormatError, read_records
-from llmload.core.services import ServiceError, ServiceProcess, free_port
-from llmload.targets.basic import basic_server_command
+from llmload.core.services import ServiceError
+from llmload.core.tables import render
+from llmload.core.transport import HTTPTransport, TransportError
+from llmload.core.wire import GenerationParams, WireError
+from llmload.targets import DEFAULT_BASELINE, Target, TargetSettings, get_kind, parse_targets, start_target
 from monitors.sampler import peak_usage, read_monitor, start_monitor
+from server.settings import DTYPES
 
-SERVERS = ("naive", "batched-plain", "batched", "vllm")
-#: What runs by default; ``batched-plain`` (batched with its weights left unpacked) is there to measure the packing.
-DEFAULT_SERVERS = ("naive", "batched", "vllm")
-#: Flags of the basic server per benchmark server kind (besides the shared ones).
-BASIC_SERVERS = {"naive": ("naive", []), "batched": ("batched", []),
-                 "batched-plain": ("batched", ["--no-prepack-weights"])}
-BASELINE = "vllm"
+#: What runs by default; ``basic-batched-plain`` (batched with its weights left unpacked) measures the packing.
+DEFAULT_SERVERS = "basic-naive,basic-batched,vllm"
+#: The server the goal is about.
+GOAL_SERVER = "basic-batched"
 GOAL_LEVELS = (8, 32)
-GOAL_THROUGHPUT_RATIO = 0.5  # batched / vLLM output tokens/s, at least
-GOAL_TTFT_RATIO = 2.0  # batched / vLLM TTFT p50, at most
+GOAL_THROUGHPUT_RATIO = 2.0  # baseline / batched output tokens/s, at most (batched >= half of vLLM's)
+GOAL_TTFT_RATIO = 0.5  # baseline / batched TTFT p50, at least (batched's TTFT <= twice vLLM's)
 
 #: Built-in prompts (used when no --prompts file is given): varied lengths, one chat turn each.
 DEFAULT_PROMPTS = (
@@ -100,122 +97,70 @@ class Workload:
     output_tokens: int
     model: str  # the id sent as ``model``
 
-    def body(self, index: int) -> dict:
-        """The request body of the ``index``-th request: chat, streamed, greedy, fixed length.
+    @property
+    def params(self) -> GenerationParams:
+        """Chat, streamed, greedy, exactly ``output_tokens`` tokens."""
+        return GenerationParams(api="chat", mode="stream", max_tokens=self.output_tokens, ignore_eos=True,
+                                temperature=0.0)
 
-        Prompts are cycled, and each request's last message starts with its number
-        (``[17] ...``), so no two requests are the same: vLLM's prefix cache would
-        otherwise skip the whole prefill of a repeated prompt. It still reuses the
-        chat template's shared beginning, as it would in production.
+    def record(self, index: int) -> PromptRecord:
+        """The prompt of the ``index``-th request: prompts cycled, the last message tagged ``[index]``.
+
+        No two requests are the same (levels and servers number their requests
+        on from one another): vLLM's prefix cache would otherwise skip the
+        whole prefill of a repeated prompt. It still reuses the chat template's
+        shared beginning, as it would in production.
         """
-        params = GenerationParams(api="chat", mode="stream", max_tokens=self.output_tokens, ignore_eos=True,
-                                  temperature=0.0)
         record = self.prompts[index % len(self.prompts)]
         *earlier, last = record.messages
-        unique = replace(record, messages=(*earlier, {**last, "content": f"[{index}] {last['content']}"}))
-        return build_body(unique, params, self.model)
+        return replace(record, messages=(*earlier, {**last, "content": f"[{index}] {last['content']}"}))
 
 
 # --------------------------------------------------------------------------- the client
 
 
-def send_streamed(url: str, body: dict, request_id: str, timeout: float) -> RequestResult:
-    """Send one streamed chat request and record its raw timings; failures come back as data.
+def client_pool(concurrency: int, timeout: float) -> HTTPClientPool:
+    """A geventhttpclient pool with one keep-alive connection per user."""
+    return HTTPClientPool(concurrency=concurrency, network_timeout=timeout, connection_timeout=min(timeout, 30.0))
 
-    The lines are interpreted by the suite's own wire format
-    (:class:`llmload.core.wire.StreamReader`), so a token chunk, the usage
-    count and a broken stream mean here exactly what they mean in the Locust suite.
+
+def run_level(url: str, workload: Workload, concurrency: int, requests: int, timeout: float,
+              first_index: int = 0) -> list[RequestResult]:
+    """A closed loop of ``concurrency`` users until ``requests`` requests are done; their raw results.
+
+    Requests are numbered from ``first_index`` (see :meth:`Workload.record`).
     """
-    request = urllib.request.Request(url + ENDPOINTS["chat"], data=encode_body(body),
-                                     headers={"Content-Type": "application/json", "Accept": "text/event-stream"})
-    reader = StreamReader("chat")
-    status = 0
-    start_time = time.time()
-    t0 = time.perf_counter()
-    end = t0
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            status = response.status
-            for line in response:
-                end = time.perf_counter()
-                if reader.feed(line, end - t0):
-                    break
-            else:
-                reader.end()
-        outcome = reader.outcome()
-    except urllib.error.HTTPError as exc:
-        status = exc.code
-        outcome = Outcome(error=http_error_message(exc.code, exc.read()))
-    except WireError as exc:
-        outcome = reader.outcome()
-        outcome.error = str(exc)
-    except (OSError, ValueError) as exc:  # refused, reset, timed out, bad URL
-        end = time.perf_counter()
-        outcome = reader.outcome()
-        outcome.error = f"{type(exc).__name__}: {exc}"
-    return RequestResult(request_id=request_id, task="bench", api="chat", mode="stream", start_time=start_time,
-                         end_offset=end - t0, token_offsets=outcome.token_offsets,
-                         output_tokens=outcome.output_tokens, output_tokens_source=outcome.output_tokens_source,
-                         prompt_tokens=outcome.prompt_tokens, success=outcome.success, status_code=status,
-                         error=outcome.error, output_chars=outcome.output_chars)
-
-
-def run_level(url: str, workload: Workload, concurrency: int, requests: int, timeout: float) -> list[RequestResult]:
-    """A closed loop of ``concurrency`` users until ``requests`` requests are done; their raw results."""
+    pool = client_pool(concurrency, timeout)
+    transport = HTTPTransport(url, pool)
+    indices = iter(range(first_index, first_index + requests))  # shared by the greenlets, which never race on it
     results: list[RequestResult] = []
-    lock = threading.Lock()
-    next_index = iter(range(requests))
 
     def user(worker: int) -> None:
-        while True:
-            with lock:
-                index = next(next_index, None)
-            if index is None:
-                return
-            result = send_streamed(url, workload.body(index), f"bench-{uuid.uuid4().hex[:12]}", timeout)
-            result.worker, result.prompt_id = f"user-{worker}", workload.prompts[index % len(workload.prompts)].id
-            with lock:
-                results.append(result)
+        client = LLMClient(transport, workload.params, task="bench", timeout=timeout, worker=f"user-{worker}")
+        for index in indices:
+            results.append(client.generate(workload.record(index), workload.model))
 
-    threads = [threading.Thread(target=user, args=(w,), daemon=True) for w in range(concurrency)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    try:
+        gevent.joinall([gevent.spawn(user, w) for w in range(concurrency)], raise_error=True)
+    finally:
+        pool.close()
     return results
+
+
+def served_model(url: str, timeout: float) -> str:
+    """The model id ``url`` serves (the first it lists at ``/v1/models``)."""
+    pool = client_pool(1, timeout)
+    try:
+        return LLMClient(HTTPTransport(url, pool), GenerationParams(), task="bench", timeout=timeout).list_first_model()
+    finally:
+        pool.close()
 
 
 # --------------------------------------------------------------------------- the servers
 
 
-def start_server(kind: str, args: argparse.Namespace, model_path: str, served_name: str,
-                 log_path: Path) -> tuple[ServiceProcess, str]:
-    """Start one server on a free port and wait until it is healthy; return it and its base URL."""
-    port = free_port()
-    if kind == "vllm":
-        from server.vllm_launcher import VLLMSettings, start_vllm
-
-        settings = VLLMSettings(model=model_path, served_model_name=served_name, port=port,
-                                max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
-                                kv_cache_gib=args.kv_cache_gib, dtype=args.dtype)
-        return start_vllm(settings, log_path, timeout=args.vllm_timeout), f"http://127.0.0.1:{port}"
-    extra = ["--served-model-name", served_name, "--max-model-len", str(args.max_model_len), "--log-level", "warning",
-             "--dtype", args.dtype]
-    engine, flags = BASIC_SERVERS[kind]
-    extra += flags
-    if engine == "batched":
-        extra += ["--max-num-seqs", str(args.max_num_seqs)]
-    if args.threads:
-        extra += ["--threads", str(args.threads)]
-    proc = ServiceProcess(f"basic server ({kind})", basic_server_command(engine, port, model=model_path, extra=extra),
-                          f"http://127.0.0.1:{port}/health", log_path)
-    proc.start()
-    proc.wait_ready(300, progress=True)
-    return proc, f"http://127.0.0.1:{port}"
-
-
 @dataclass
-class Cell:
+class LevelResult:
     """One server at one concurrency level: its summary, or why there is none."""
 
     server: str
@@ -225,39 +170,44 @@ class Cell:
     peak_rss_mib: float | None = None  # the server's whole process tree, sampled during the level
 
 
-def bench_server(kind: str, args: argparse.Namespace, workload: Workload, model_path: str,
-                 out_dir: Path | None, log_dir: Path) -> list[Cell]:
-    """Start ``kind``, warm it up, run every level, stop it."""
-    print(f"== {kind}: starting", file=sys.stderr, flush=True)
+def bench_server(target: Target, args: argparse.Namespace, prompts: tuple[PromptRecord, ...],
+                 settings: TargetSettings, out_dir: Path | None, log_dir: Path, first_index: int = 0
+                 ) -> list[LevelResult]:
+    """Start ``target``, warm it up, run every level, stop it."""
+    name = target.name
+    print(f"== {name}: starting", file=sys.stderr, flush=True)
     try:
-        proc, url = start_server(kind, args, model_path, workload.model, log_dir / f"{kind}.log")
-    except (ServiceError, RuntimeError) as exc:
+        running = start_target(target, get_kind(target.kind), settings, log_dir / f"{name}.log")
+        workload = Workload(prompts, args.output_tokens, served_model(running.base_url, args.timeout))
+    except (ServiceError, TransportError, WireError) as exc:
         message = str(exc).splitlines()[0]
-        print(f"   {kind} did not start: {message}", file=sys.stderr)
-        return [Cell(kind, c, error=f"did not start: {message}") for c in args.concurrency]
-    cells = []
+        print(f"   {name} did not start: {message}", file=sys.stderr)
+        return [LevelResult(name, c, error=f"did not start: {message}") for c in args.concurrency]
+    levels = []
     try:
-        warm = send_streamed(url, workload.body(0), "warmup", args.timeout)
+        (warm,) = run_level(running.base_url, workload, 1, 1, args.timeout, first_index=-1 - first_index)
         if not warm.success:
             print(f"   warm-up request failed: {warm.error}", file=sys.stderr)
+        index = first_index
         for concurrency in args.concurrency:
             requests = concurrency * args.requests_per_user
-            print(f"   {kind}: {concurrency} users, {requests} requests", file=sys.stderr, flush=True)
-            monitor_csv = log_dir / f"{kind}-c{concurrency}_monitor.csv"
-            with start_monitor(monitor_csv, server_pid=proc.pid, interval=0.5):
-                results = run_level(url, workload, concurrency, requests, args.timeout)
+            print(f"   {name}: {concurrency} users, {requests} requests", file=sys.stderr, flush=True)
+            monitor_csv = log_dir / f"{name}-c{concurrency}_monitor.csv"
+            with start_monitor(monitor_csv, server_pid=running.pid, interval=0.5):
+                results = run_level(running.base_url, workload, concurrency, requests, args.timeout, index)
+            index += requests
             if out_dir is not None:
-                write_results(out_dir / f"{kind}-c{concurrency}.jsonl", results)
+                write_results(out_dir / f"{name}-c{concurrency}.jsonl", results)
             summary = summarize(results)
             errors = sorted({r.error for r in results if not r.success})
             peak_rss = peak_usage(read_monitor(monitor_csv))["peak_server_rss_mib"]
-            cells.append(Cell(kind, concurrency, summary, "; ".join(errors)[:200], peak_rss))
-            print(f"   {kind}: {summary.output_token_throughput:.1f} tok/s, TTFT p50 "
+            levels.append(LevelResult(name, concurrency, summary, "; ".join(errors)[:200], peak_rss))
+            print(f"   {name}: {summary.output_token_throughput:.1f} tok/s, TTFT p50 "
                   f"{_fmt(summary.get('ttft', 'p50'), 's')}, {summary.failures} failed, server RSS peak "
                   f"{_fmt(peak_rss, ' MiB', 0)}", file=sys.stderr, flush=True)
     finally:
-        proc.stop()
-    return cells
+        running.stop()
+    return levels
 
 
 # --------------------------------------------------------------------------- the table
@@ -267,61 +217,59 @@ def _fmt(value: float | None, unit: str = "", digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}{unit}"
 
 
-def _ratio(value: float | None, base: float | None) -> float | None:
-    return value / base if value is not None and base else None
-
-
-def comparison_rows(cells: list[Cell]) -> list[dict]:
-    """One row per (level, server): throughput, TTFT p50 and their ratios to vLLM at that level."""
-    base = {c.concurrency: c.summary for c in cells if c.server == BASELINE and c.summary}
+def comparison_rows(levels: list[LevelResult], baseline: str | None, order: list[str] | None = None) -> list[dict]:
+    """One row per (level, server): throughput, TTFT p50 and the baseline's over them (baseline / server)."""
+    order = order or list(dict.fromkeys(level.server for level in levels))
+    base = {lv.concurrency: lv.summary for lv in levels if lv.server == baseline and lv.summary}
     rows = []
-    for cell in sorted(cells, key=lambda c: (c.concurrency, SERVERS.index(c.server))):
-        s, b = cell.summary, base.get(cell.concurrency)
+    for lv in sorted(levels, key=lambda lv: (lv.concurrency, order.index(lv.server))):
+        s, b = lv.summary, base.get(lv.concurrency)
         tput = s.output_token_throughput if s and s.requests > s.failures else None
         ttft = s.get("ttft", "p50") if s else None
+        base_tput = b.output_token_throughput if b and b.requests > b.failures else None
         rows.append({
-            "concurrency": cell.concurrency, "server": cell.server,
+            "concurrency": lv.concurrency, "server": lv.server,
             "requests": s.requests if s else 0, "failures": s.failures if s else 0,
             "output_tokens_per_s": tput, "ttft_p50_s": ttft,
-            "throughput_vs_vllm": _ratio(tput, b.output_token_throughput if b else None),
-            "ttft_vs_vllm": _ratio(ttft, b.get("ttft", "p50") if b else None),
-            "peak_rss_mib": cell.peak_rss_mib,
-            "error": cell.error,
+            "throughput_ratio": ratio(base_tput, tput),  # baseline / server
+            "ttft_ratio": ratio(b.get("ttft", "p50") if b else None, ttft),  # baseline / server
+            "peak_rss_mib": lv.peak_rss_mib,
+            "error": lv.error,
         })
     return rows
 
 
-def render_table(rows: list[dict]) -> str:
+def render_table(rows: list[dict], baseline: str | None) -> str:
     """The side-by-side table: one line per level and server."""
-    header = (f"{'users':>5}  {'server':<13} {'reqs':>4} {'fail':>4} {'tok/s':>8} {'x vLLM':>7} "
-              f"{'TTFT p50':>9} {'x vLLM':>7} {'RSS MiB':>8}")
-    lines = [header, "-" * len(header)]
-    for r in rows:
-        lines.append(f"{r['concurrency']:>5}  {r['server']:<13} {r['requests']:>4} {r['failures']:>4} "
-                     f"{_fmt(r['output_tokens_per_s'], '', 1):>8} {_fmt(r['throughput_vs_vllm']):>7} "
-                     f"{_fmt(r['ttft_p50_s'], 's'):>9} {_fmt(r['ttft_vs_vllm']):>7} "
-                     f"{_fmt(r['peak_rss_mib'], '', 0):>8}"
-                     + (f"  ({r['error']})" if r["error"] else ""))
-    return "\n".join(lines)
+    over = f"{baseline or 'baseline'} / server"
+    headers = ["users", "server", "reqs", "fail", "tok/s", over, "TTFT p50", over, "RSS MiB", "error"]
+    body = [[str(r["concurrency"]), r["server"], str(r["requests"]), str(r["failures"]),
+             _fmt(r["output_tokens_per_s"], "", 1), _fmt(r["throughput_ratio"]), _fmt(r["ttft_p50_s"], "s"),
+             _fmt(r["ttft_ratio"]), _fmt(r["peak_rss_mib"], "", 0), r["error"] or ""] for r in rows]
+    if not any(r["error"] for r in rows):
+        headers, body = headers[:-1], [line[:-1] for line in body]
+    return render(body, headers, fmt="simple")
 
 
-def goal_verdicts(rows: list[dict]) -> list[str]:
-    """The issue's goal, checked at each goal level that was measured for batched and vLLM."""
+def goal_verdicts(rows: list[dict], baseline: str | None) -> list[str]:
+    """The issue's goal, checked at each goal level that was measured for batched and the baseline."""
     servers = {r["server"] for r in rows}
-    if not {"batched", BASELINE} <= servers:
+    if baseline is None or not {GOAL_SERVER, baseline} <= servers:
         ran = ", ".join(sorted(servers))
-        return [f"goal not checked: it compares batched with {BASELINE}, and --servers ran {ran}"]
+        return [f"goal not checked: it compares {GOAL_SERVER} with {baseline or DEFAULT_BASELINE}, "
+                f"and --servers ran {ran}"]
     verdicts = []
     for r in rows:
-        if r["server"] != "batched" or r["concurrency"] not in GOAL_LEVELS:
+        if r["server"] != GOAL_SERVER or r["concurrency"] not in GOAL_LEVELS:
             continue
-        t, p = r["throughput_vs_vllm"], r["ttft_vs_vllm"]
+        t, p = r["throughput_ratio"], r["ttft_ratio"]
         if t is None or p is None:
-            verdicts.append(f"{r['concurrency']} users: not comparable (batched or {BASELINE} failed at this level)")
+            verdicts.append(f"{r['concurrency']} users: not comparable ({GOAL_SERVER} or {baseline} failed at "
+                            "this level)")
             continue
-        ok = t >= GOAL_THROUGHPUT_RATIO and p <= GOAL_TTFT_RATIO
-        verdicts.append(f"{r['concurrency']} users: batched at {t:.2f}x vLLM's tokens/s (goal >= "
-                        f"{GOAL_THROUGHPUT_RATIO}), TTFT {p:.2f}x (goal <= {GOAL_TTFT_RATIO}): "
+        ok = t <= GOAL_THROUGHPUT_RATIO and p >= GOAL_TTFT_RATIO
+        verdicts.append(f"{r['concurrency']} users: {baseline} / {GOAL_SERVER}: tok/s {t:.2f} (goal <= "
+                        f"{GOAL_THROUGHPUT_RATIO:g}), TTFT p50 {p:.2f} (goal >= {GOAL_TTFT_RATIO:g}): "
                         f"{'met' if ok else 'NOT met'}")
     return verdicts
 
@@ -329,34 +277,55 @@ def goal_verdicts(rows: list[dict]) -> list[str]:
 # --------------------------------------------------------------------------- command line
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """Errors as one ``error: ...`` line, exit code 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message}\n")
+
+
+def targets_type(text: str) -> list[Target]:
+    try:
+        return parse_targets(text)
+    except ServiceError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.server_throughput",
-                                description="Output tokens/s and TTFT p50 of naive, batched and vLLM side by side.")
-    p.add_argument("--servers", type=choice_list(SERVERS, "--servers"), default=list(DEFAULT_SERVERS),
-                   help=f"comma-separated servers to run, in this order, among {', '.join(SERVERS)} (default: "
-                        f"{','.join(DEFAULT_SERVERS)}; batched-plain = batched with --no-prepack-weights)")
-    p.add_argument("--concurrency", type=int_list, default=[1, 8, 32],
+    p = OneLineParser(prog="python -m benchmarks.server_throughput",
+                      description="Output tokens/s and TTFT p50 of naive, batched and vLLM side by side.")
+    p.add_argument("--servers", type=targets_type, default=None, metavar="LIST",
+                   help=f"comma-separated servers to run, in this order: kinds of the target registry (aliases "
+                        f"naive, batched, batched-plain), NAME=KIND or NAME=URL (default: {DEFAULT_SERVERS}; "
+                        "basic-batched-plain = batched with --no-prepack-weights)")
+    p.add_argument("--baseline", default=None, metavar="NAME",
+                   help=f"the server every ratio is taken against, baseline / server (default: {DEFAULT_BASELINE}, "
+                        "when it runs)")
+    p.add_argument("--concurrency", type=int_list, default=[1, 8, 32], metavar="LIST",
                    help="comma-separated concurrency levels (default: 1,8,32)")
-    p.add_argument("--requests-per-user", type=positive_int, default=2,
+    p.add_argument("--requests-per-user", type=positive_int, default=2, metavar="N",
                    help="requests per level = concurrency x this (default: %(default)s)")
-    p.add_argument("--output-tokens", type=positive_int, default=64,
+    p.add_argument("--output-tokens", type=positive_int, default=64, metavar="N",
                    help="tokens every request generates (ignore_eos; default: %(default)s)")
     p.add_argument("--prompts", type=Path, default=None,
                    help="JSONL prompt records (llmload.core.records) to use instead of the built-in prompts")
     p.add_argument("--model", default=None, help="model folder or id (default: the embedded SmolLM2-135M-Instruct)")
-    p.add_argument("--max-model-len", type=positive_int, default=2048,
+    p.add_argument("--max-model-len", type=positive_int, default=2048, metavar="N",
                    help="context limit of every server (default: %(default)s)")
-    p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+    p.add_argument("--dtype", choices=DTYPES, default="float32",
                    help="weights dtype of every server, so that all do the same arithmetic (default: %(default)s, "
                         "as the runner; vLLM alone would pick bfloat16 on CPU)")
-    p.add_argument("--max-num-seqs", type=positive_int, default=32,
+    p.add_argument("--max-num-seqs", type=positive_int, default=32, metavar="N",
                    help="batch cap of batched and vLLM alike (default: %(default)s)")
-    p.add_argument("--threads", type=int, default=1,
+    p.add_argument("--threads", type=non_negative_int, default=1, metavar="N",
                    help="torch threads of naive and batched; 0: torch's default, one per core (default: 1, as vLLM "
                         "on a 2-core CPU: one compute thread, one core left for the HTTP side)")
-    p.add_argument("--kv-cache-gib", type=float, default=4.0, help="vLLM on CPU: KV cache GiB (default: %(default)s)")
-    p.add_argument("--vllm-timeout", type=float, default=600.0, help="seconds to wait for vLLM to start (default: 600)")
-    p.add_argument("--timeout", type=float, default=900.0, help="seconds one request may take (default: 900)")
+    p.add_argument("--kv-cache-gib", type=positive_float, default=4.0, metavar="GIB",
+                   help="vLLM on CPU: KV cache GiB (default: %(default)s)")
+    p.add_argument("--vllm-timeout", type=positive_float, default=600.0, metavar="S",
+                   help="seconds to wait for vLLM to start (default: %(default)s)")
+    p.add_argument("--timeout", type=positive_float, default=900.0, metavar="S",
+                   help="seconds one request may take (default: %(default)s)")
     p.add_argument("--out", type=Path, default=None,
                    help="folder for raw per-request JSONL, the table (summary.json) and server logs")
     return p
@@ -380,39 +349,46 @@ def load_prompts(path: Path | None) -> tuple[PromptRecord, ...]:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.threads < 0:
-        parser.error(f"--threads must be 0 or more, got {args.threads}")
-    from llmload.core.model_store import DEFAULT_MODEL_NAME, ModelNotAvailable, resolve_model
-
+    targets = args.servers or parse_targets(DEFAULT_SERVERS)
+    names = [t.name for t in targets]
+    if args.baseline is not None and args.baseline not in names:
+        parser.error(f"--baseline {args.baseline} is not among --servers ({', '.join(names)})")
+    baseline = args.baseline or (DEFAULT_BASELINE if DEFAULT_BASELINE in names else None)
+    needs_model = any(get_kind(t.kind).needs_model and not t.url for t in targets)
     try:
         prompts = load_prompts(args.prompts)
-        model_path = resolve_model(args.model)
+        model_path = resolve_model(args.model) if needs_model else args.model
     except (BenchError, ModelNotAvailable) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    served = DEFAULT_MODEL_NAME if args.model is None else Path(model_path).name
-    workload = Workload(prompts, args.output_tokens, served)
+    settings = TargetSettings(model=model_path, served_model_name=served_model_name(args.model),
+                              max_model_len=args.max_model_len, dtype=args.dtype, threads=args.threads,
+                              max_num_seqs=args.max_num_seqs, kv_cache_gib=args.kv_cache_gib,
+                              vllm_start_timeout=args.vllm_timeout)
     out_dir = args.out
     log_dir = out_dir or Path("results") / f"bench-{time.strftime('%Y%m%d-%H%M%S')}"
     log_dir.mkdir(parents=True, exist_ok=True)
 
-    cells: list[Cell] = []
-    for kind in args.servers:
-        cells += bench_server(kind, args, workload, model_path, out_dir, log_dir)
-    rows = comparison_rows(cells)
+    levels: list[LevelResult] = []
+    per_server = sum(c * args.requests_per_user for c in args.concurrency)
+    for k, target in enumerate(targets):
+        levels += bench_server(target, args, prompts, settings, out_dir, log_dir, first_index=k * per_server)
+    rows = comparison_rows(levels, baseline, names)
     print(f"\n{len(prompts)} prompts, {args.output_tokens} output tokens each (ignore_eos), "
           f"{args.requests_per_user} requests per user, {args.dtype}, batch cap {args.max_num_seqs}, "
-          f"basic-server threads {args.threads or 'one per core'}; server logs in {log_dir}")
-    print(render_table(rows))
-    for verdict in goal_verdicts(rows):
+          f"basic-server threads {args.threads or 'one per core'}; ratios {baseline or 'none'} / server; "
+          f"server logs in {log_dir}")
+    print(render_table(rows, baseline))
+    for verdict in goal_verdicts(rows, baseline):
         print(verdict)
     if out_dir is not None:
+        settings_json = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "servers"}
         (out_dir / "summary.json").write_text(json.dumps(
-            {"settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-             "rows": rows, "summaries": [{"server": c.server, "concurrency": c.concurrency,
-                                          "summary": asdict(c.summary) if c.summary else None} for c in cells]},
+            {"settings": {**settings_json, "servers": [asdict(t) for t in targets], "baseline": baseline},
+             "rows": rows, "summaries": [{"server": lv.server, "concurrency": lv.concurrency,
+                                          "summary": asdict(lv.summary) if lv.summary else None} for lv in levels]},
             indent=2))
-    return 0 if all(c.summary and c.summary.failures == 0 for c in cells) else 1
+    return 0 if all(lv.summary and lv.summary.failures == 0 for lv in levels) else 1
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-"""``python -m llmload.runner``: the comparison matrix (see :mod:`llmload.runner.matrix`)."""
+"""``python -m llmload.runner``: the comparison matrix (see :mod:`llmload.runner.cli`)."""
 
-from llmload.runner.matrix import main
+from llmload.runner.cli import main
 
 raise SystemExit(main())

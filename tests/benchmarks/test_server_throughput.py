@@ -1,4 +1,4 @@
-"""The server benchmark's client, table and CLI against a real mock server, and one real batched server run."""
+"""The server benchmark's client, table and CLI against real mock servers, and one real batched server run."""
 
 from __future__ import annotations
 
@@ -7,16 +7,16 @@ import json
 import pytest
 
 from benchmarks.server_throughput import (
-    Cell,
+    LevelResult,
     Workload,
     comparison_rows,
     goal_verdicts,
     main,
     render_table,
     run_level,
-    send_streamed,
 )
 from llmload.core.metrics import summarize
+from llmload.core.rawlog import read_results
 from llmload.core.records import PromptRecord
 
 PROMPTS = tuple(PromptRecord(id=f"p{i}", task="chat", source="test", prompt=text,
@@ -36,56 +36,95 @@ def test_closed_loop_records_every_request_once_with_its_timings(mock_url):
     assert all(r.success for r in results), [r.error for r in results]
     assert {r.output_tokens for r in results} == {6} and {r.output_tokens_source for r in results} == {"usage"}
     assert all(len(r.token_offsets) == 6 and r.token_offsets[0] >= 0.04 for r in results)
-    assert {r.worker for r in results} <= {"user-0", "user-1", "user-2"}
+    assert {r.worker for r in results} == {"user-0", "user-1", "user-2"}  # the three users all sent
     assert {r.prompt_id for r in results} == {"p0", "p1"}
     summary = summarize(results)
     assert summary.total_output_tokens == 42 and summary.failures == 0
-    assert 0.04 <= summary.get("ttft", "p50") < 2.0
+    assert 0.04 <= summary.get("ttft", "p50") < 0.5
+    # 3 users in parallel: 7 requests of about 80 ms in well under 7 x 80 ms
+    assert summary.duration_s < 7 * 0.08
 
 
 def test_a_refused_request_comes_back_as_a_failed_result(mock_url):
-    body = Workload(PROMPTS, output_tokens=6, model="no-such-model").body(0)
-    result = send_streamed(mock_url, body, "r1", timeout=30)
+    (result,) = run_level(mock_url, Workload(PROMPTS, output_tokens=6, model="no-such-model"), 1, 1, timeout=30)
     assert not result.success and result.status_code == 404 and "does not exist" in result.error
-    gone = send_streamed("http://127.0.0.1:9", body, "r2", timeout=5)
-    assert not gone.success and gone.error
+    (gone,) = run_level("http://127.0.0.1:9", Workload(PROMPTS, 6, "mock"), 1, 1, timeout=5)
+    assert not gone.success and "connection refused" in gone.error
 
 
-def test_table_ratios_and_goal_verdicts_come_from_the_summaries(mock_url):
+def test_table_ratios_and_goal_verdicts_are_baseline_over_server(mock_url):
     workload = Workload(PROMPTS, output_tokens=4, model="mock")
     summary = summarize(run_level(mock_url, workload, concurrency=2, requests=2, timeout=30))
-    cells = [Cell("vllm", 8, summary), Cell("batched", 8, summary, peak_rss_mib=321.0),
-             Cell("naive", 8, error="did not start: boom")]
-    rows = comparison_rows(cells)
-    assert [r["server"] for r in rows] == ["naive", "batched", "vllm"]
-    batched = rows[1]
-    assert batched["throughput_vs_vllm"] == pytest.approx(1.0) and batched["ttft_vs_vllm"] == pytest.approx(1.0)
-    assert rows[0]["output_tokens_per_s"] is None and "boom" in render_table(rows)
-    assert batched["peak_rss_mib"] == 321.0 and " 321" in render_table(rows).splitlines()[3]
-    assert goal_verdicts(rows) == ["8 users: batched at 1.00x vLLM's tokens/s (goal >= 0.5), "
-                                   "TTFT 1.00x (goal <= 2.0): met"]
-    # a run without vLLM (the long-run memory check) says once that the goal was not checked
-    alone = comparison_rows([Cell("batched", 32, summary), Cell("batched", 32, summary)])
-    assert [r["throughput_vs_vllm"] for r in alone] == [None, None]
-    assert goal_verdicts(alone) == ["goal not checked: it compares batched with vllm, and --servers ran batched"]
+    half = summarize(run_level(mock_url, Workload(PROMPTS, output_tokens=2, model="mock"), 2, 2, timeout=30))
+    levels = [LevelResult("vllm", 8, summary), LevelResult("basic-batched", 8, half, peak_rss_mib=321.0),
+              LevelResult("basic-naive", 8, error="did not start: boom")]
+    rows = comparison_rows(levels, "vllm", ["basic-naive", "basic-batched", "vllm"])
+    assert [r["server"] for r in rows] == ["basic-naive", "basic-batched", "vllm"]
+    batched, vllm = rows[1], rows[2]
+    assert batched["throughput_ratio"] == pytest.approx(summary.output_token_throughput
+                                                        / half.output_token_throughput)
+    assert batched["ttft_ratio"] == pytest.approx(summary.get("ttft", "p50") / half.get("ttft", "p50"))
+    assert vllm["throughput_ratio"] == pytest.approx(1.0) and rows[0]["output_tokens_per_s"] is None
+    table = render_table(rows, "vllm")
+    assert "boom" in table and table.count("vllm / server") == 2 and " 321" in table.splitlines()[3]
+    (verdict,) = goal_verdicts(rows, "vllm")
+    assert verdict.startswith("8 users: vllm / basic-batched: tok/s ") and "(goal <= 2)" in verdict
+    assert "TTFT p50 " in verdict and "(goal >= 0.5)" in verdict
+    # a run without the baseline (the long-run memory check) says once that the goal was not checked
+    alone = comparison_rows([LevelResult("basic-batched", 32, summary)] * 2, None)
+    assert [r["throughput_ratio"] for r in alone] == [None, None]
+    assert goal_verdicts(alone, None) == ["goal not checked: it compares basic-batched with vllm, and --servers "
+                                          "ran basic-batched"]
+
+
+def test_the_goal_is_met_or_not_from_the_ratios():
+    def row(server, tput, ttft):
+        return {"server": server, "concurrency": 8, "throughput_ratio": tput, "ttft_ratio": ttft}
+
+    met = goal_verdicts([row("basic-batched", 1.9, 0.6), row("vllm", 1.0, 1.0)], "vllm")
+    slow = goal_verdicts([row("basic-batched", 2.1, 0.6), row("vllm", 1.0, 1.0)], "vllm")
+    late = goal_verdicts([row("basic-batched", 1.5, 0.4), row("vllm", 1.0, 1.0)], "vllm")
+    assert met[0].endswith(": met") and slow[0].endswith("NOT met") and late[0].endswith("NOT met")
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--servers", "naive,tgi"], "--servers must be a comma list of naive"),
-    (["--concurrency", "1,x"], "comma-separated integers"),
-    (["--output-tokens", "0"], "positive integer"),
-    (["--threads", "-1"], "--threads must be 0 or more"),
+    (["--servers", "naive,tgi"], "argument --servers: unknown server 'tgi'"),
+    (["--servers", "mock", "--baseline", "vllm"], "--baseline vllm is not among --servers (mock)"),
+    (["--concurrency", "1,x"], "argument --concurrency: 'x' is not an integer >= 1"),
+    (["--output-tokens", "0"], "argument --output-tokens: '0' is not an integer >= 1"),
+    (["--threads", "-1"], "argument --threads: '-1' is not an integer >= 0"),
 ])
 def test_cli_rejects_bad_settings_in_one_line(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(argv)
     assert exit_info.value.code == 2
-    assert message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.splitlines() == [f"error: {message}"] or err.startswith(f"error: {message}"), err
+    assert len(err.splitlines()) == 1
 
 
 def test_cli_reports_an_unreadable_prompt_file(tmp_path, capsys):
     assert main(["--prompts", str(tmp_path / "missing.jsonl")]) == 2
     assert "cannot read prompts" in capsys.readouterr().err
+
+
+def test_two_mock_servers_from_the_registry_end_to_end(tmp_path, capsys):
+    """Servers come from the target registry by name; the baseline is an option, not a literal."""
+    out = tmp_path / "bench"
+    code = main(["--servers", "mock,twin=mock", "--baseline", "twin", "--concurrency", "1,2",
+                 "--requests-per-user", "2", "--output-tokens", "3", "--out", str(out)])
+    printed = capsys.readouterr()
+    assert code == 0, printed.out + printed.err
+    data = json.loads((out / "summary.json").read_text())
+    assert data["settings"]["baseline"] == "twin"
+    rows = data["rows"]
+    assert [(r["server"], r["concurrency"], r["requests"], r["failures"]) for r in rows] == [
+        ("mock", 1, 2, 0), ("twin", 1, 2, 0), ("mock", 2, 4, 0), ("twin", 2, 4, 0)]
+    assert all(r["ttft_ratio"] is not None and r["throughput_ratio"] is not None for r in rows)
+    assert [r["throughput_ratio"] for r in rows if r["server"] == "twin"] == [1.0, 1.0]
+    raw = [r for f in sorted(out.glob("*-c*.jsonl")) for r in read_results(f)]
+    assert len(raw) == 12 and all(r.success and len(r.token_offsets) == 3 for r in raw)
+    assert "twin / server" in printed.out and "goal not checked: it compares basic-batched with twin" in printed.out
 
 
 @pytest.mark.model
@@ -97,20 +136,20 @@ def test_batched_server_end_to_end_with_its_memory(tmp_path, capsys, default_mod
     assert code == 0, printed.out + printed.err
     rows = json.loads((out / "summary.json").read_text())["rows"]
     assert [(r["server"], r["concurrency"], r["requests"], r["failures"]) for r in rows] == [
-        ("batched", 1, 1, 0), ("batched", 3, 3, 0)]
+        ("basic-batched", 1, 1, 0), ("basic-batched", 3, 3, 0)]
     for row in rows:
         assert row["output_tokens_per_s"] > 0 and row["ttft_p50_s"] > 0
         assert 100 < row["peak_rss_mib"] < 8192  # the 135M model in float32 with torch: hundreds of MiB
-        assert row["throughput_vs_vllm"] is None  # no vLLM in this run
-    assert (out / "batched-c3.jsonl").is_file() and (out / "batched-c3_monitor.csv").is_file()
-    assert "batched" in printed.out and "RSS MiB" in printed.out
+        assert row["throughput_ratio"] is None  # no vLLM in this run
+    assert (out / "basic-batched-c3.jsonl").is_file() and (out / "basic-batched-c3_monitor.csv").is_file()
+    assert "basic-batched" in printed.out and "RSS MiB" in printed.out
 
 
 def test_every_request_is_unique_and_asks_for_a_fixed_length():
     workload = Workload(PROMPTS, output_tokens=5, model="m")
-    bodies = [workload.body(i) for i in range(4)]
-    assert [b["messages"][-1]["content"] for b in bodies] == [
+    records = [workload.record(i) for i in range(4)]
+    assert [r.messages[-1]["content"] for r in records] == [
         "[0] Hello there", "[1] Tell me a story", "[2] Hello there", "[3] Tell me a story"]
-    assert all((b["max_tokens"], b["ignore_eos"], b["stream"], b["temperature"]) == (5, True, True, 0.0)
-               for b in bodies)
+    params = workload.params
+    assert (params.max_tokens, params.ignore_eos, params.stream, params.temperature) == (5, True, True, 0.0)
     assert PROMPTS[0].messages[-1]["content"] == "Hello there"  # the records themselves are untouched

@@ -1,0 +1,220 @@
+"""One cell of the matrix: Locust headless against a running server, the resource monitor beside it.
+
+:class:`CellRunner` builds the Locust command of a :class:`~llmload.core.runfiles.Cell`
+(closed loop: ``-u`` users; open loop: ``--rate`` with ``-u`` the pool of
+requests in flight), records the cell as ``running``, runs Locust in a session
+of its own (a signal to the runner's process group never reaches it), and
+records the outcome from the raw log: ``ok``, ``failed`` or, when the run was
+asked to stop, ``interrupted`` with whatever requests had finished. On a stop
+request Locust gets SIGTERM, which makes it stop its users, write its raw log
+and CSVs and exit; it is killed only if it has not done so in
+:data:`STOP_GRACE_S` seconds, or at a second signal.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from llmload.core.metrics import SLO, RequestResult, RunSummary, summarize
+from llmload.core.paths import REPO_ROOT
+from llmload.core.rawlog import read_results
+from llmload.core.runfiles import Cell, CellFiles, append_cell
+from llmload.runner.interrupts import StopSignal
+from llmload.runner.options import LOCUST_STOP_TIMEOUT_S
+from llmload.runner.tasks import locustfile
+from llmload.targets import RunningTarget
+from monitors.sampler import MonitorError, start_monitor
+
+#: Seconds Locust has, once asked to stop, to finish its users and write its files before it is killed.
+STOP_GRACE_S = LOCUST_STOP_TIMEOUT_S + 20
+#: Seconds beyond ``--cell-timeout`` (Locust's own ``-t``) before a cell that has not ended is stopped.
+TIMEOUT_MARGIN_S = 60
+POLL_S = 0.1
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """What every cell of a run asks for (from the command line)."""
+
+    api: str = "chat"
+    requests: int = 8
+    max_tokens: int = 32  # 0: each prompt's own budget
+    warmup: int = 0
+    arrival: str = "poisson"
+    burstiness: float | None = None
+    seed: int = 0
+    slo: SLO | None = None
+    cell_timeout: float = 600.0
+    monitor_interval: float = 0.5
+
+    def requests_for(self, cell: Cell) -> int:
+        """Requests a cell sends: ``--requests``, and at least one per user in a closed loop."""
+        return self.requests if cell.rate is not None else max(self.requests, cell.concurrency)
+
+
+@dataclass
+class CellResult:
+    """What one cell measured: its raw results and their summary (None when nothing was measured)."""
+
+    results: list[RequestResult]
+    summary: RunSummary | None
+
+
+@functools.lru_cache(maxsize=1)
+def loadgen_flags() -> frozenset[str]:
+    """The options the load generator lists (``python -m llmload.loadgen``), e.g. ``--rate`` once it has it."""
+    try:
+        out = subprocess.run([sys.executable, "-m", "llmload.loadgen"], capture_output=True, text=True,
+                             cwd=REPO_ROOT, timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return frozenset()
+    return frozenset(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", out.stdout))
+
+
+def slo_argument(slo: SLO) -> str:
+    """``ttft=500,e2e=4000`` (milliseconds), as the load generator's ``--slo`` takes it."""
+    return ",".join(f"{key}={value:g}" for key, value in slo.to_dict().items())
+
+
+def with_slo(results: list[RequestResult], slo: SLO | None) -> list[RequestResult]:
+    """Set ``slo_ok`` where the load generator left it unset (an SLO given, a load generator without --slo)."""
+    if slo is not None and not slo.empty:
+        for result in results:
+            if result.slo_ok is None:
+                result.slo_ok = slo.met(result)
+    return results
+
+
+class CellRunner:
+    """Runs cells of one run folder with one set of :class:`LoadOptions`."""
+
+    def __init__(self, run_dir: Path, options: LoadOptions, datasets: dict[str, Path], stop: StopSignal | None = None,
+                 flags: frozenset[str] | None = None):
+        self.run_dir = Path(run_dir)
+        self.options = options
+        self.datasets = datasets
+        self.stop = stop or StopSignal()
+        self.flags = loadgen_flags() if flags is None else flags
+
+    def command(self, cell: Cell, base_url: str) -> list[str]:
+        """The Locust command line of ``cell`` against ``base_url``."""
+        o = self.options
+        users = cell.concurrency
+        cmd = [sys.executable, "-m", "locust", "-f", str(locustfile(cell.task)), "--headless",
+               "-u", str(users), "-r", str(users), "-H", base_url, "--csv", str(self.run_dir / cell.prefix),
+               "--only-summary", "--loglevel", "WARNING", "-t", f"{int(o.cell_timeout)}s",
+               "--stop-timeout", str(LOCUST_STOP_TIMEOUT_S), "--mode", cell.mode, "--api", o.api,
+               "--requests", str(o.requests_for(cell)), "--dataset", str(self.datasets[cell.task]),
+               "--temperature", "0"]
+        if o.max_tokens:
+            cmd += ["--max-tokens", str(o.max_tokens), "--ignore-eos"]
+        if cell.rate is not None:
+            cmd += ["--rate", f"{cell.rate:g}", "--arrival", o.arrival, "--seed", str(o.seed)]
+            if o.burstiness is not None:
+                cmd += ["--burstiness", f"{o.burstiness:g}"]
+        if o.warmup:
+            cmd += ["--warmup", str(o.warmup)]
+        if o.slo is not None and "--slo" in self.flags:
+            cmd += ["--slo", slo_argument(o.slo)]
+        return cmd
+
+    def run(self, cell: Cell, target: RunningTarget, announce: str = "") -> CellResult:
+        """Run ``cell`` against ``target`` and record it (``running``, then its outcome) in ``cells.jsonl``.
+
+        ``announce`` is printed (without a newline) once the monitor is up, after any notice of its own.
+        """
+        with self.stop.deferred():
+            files = cell.files(self.run_dir)
+            files.prefix.parent.mkdir(parents=True, exist_ok=True)
+            cell.status, cell.error, cell.exit_code = "running", "", None
+            append_cell(self.run_dir, cell)
+            started = time.monotonic()
+            try:
+                monitor = start_monitor(files.monitor, server_pid=target.pid, interval=self.options.monitor_interval)
+            except (MonitorError, OSError) as exc:
+                cell.status, cell.error = "failed", f"resource monitor did not start: {exc}"
+                append_cell(self.run_dir, cell)
+                print(announce, end="", flush=True)
+                return CellResult([], None)
+            if announce:
+                print(announce, end="", flush=True)
+            try:
+                error = self._locust(cell, target.base_url, files.locust_log)
+            finally:
+                monitor.stop()
+            cell.wall_s = time.monotonic() - started
+            result = self._outcome(cell, files, error)
+            append_cell(self.run_dir, cell)
+        return result
+
+    def _locust(self, cell: Cell, base_url: str, log_path: Path) -> str:
+        """Run Locust to its end (or stop it); '' or why the cell did not end by itself."""
+        limit = self.options.cell_timeout + TIMEOUT_MARGIN_S
+        with log_path.open("w") as log:
+            proc = subprocess.Popen(self.command(cell, base_url), stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, cwd=REPO_ROOT, start_new_session=True)
+        started = time.monotonic()
+        asked_at: float | None = None
+        killed = False
+        error = ""
+        seen = 0
+        try:
+            while proc.poll() is None:
+                now = time.monotonic()
+                if asked_at is None and (self.stop.requested or now - started > limit):
+                    if not self.stop.requested:
+                        error = f"Locust did not finish within {limit:.0f}s"
+                    _signal(proc, signal.SIGTERM, group=False)
+                    asked_at, seen = now, self.stop.count
+                elif asked_at is not None and not killed and (now - asked_at > STOP_GRACE_S
+                                                              or self.stop.count > max(seen, 1)):
+                    _signal(proc, signal.SIGKILL, group=True)
+                    killed = True
+                    error = error or f"Locust was killed (it had not stopped {now - asked_at:.0f}s after SIGTERM)"
+                time.sleep(POLL_S)
+        finally:
+            if proc.poll() is None:  # an exception on the way out: never leave Locust behind
+                _signal(proc, signal.SIGKILL, group=True)
+                proc.wait()
+        _signal(proc, signal.SIGKILL, group=True)  # anything Locust left in its session
+        cell.exit_code = proc.returncode
+        return error
+
+    def _outcome(self, cell: Cell, files: CellFiles, error: str) -> CellResult:
+        raw_log = files.raw_log
+        results = with_slo(read_results(raw_log), self.options.slo) if raw_log.is_file() else []
+        measured = [r for r in results if not r.warmup]
+        summary = summarize(results) if measured else None
+        if self.stop.requested:
+            name = signal.Signals(self.stop.signum).name
+            cell.status = "interrupted"
+            cell.error = (f"stopped by {name} after {len(measured)} of {self.options.requests_for(cell)} requests"
+                          + (f"; {error}" if error else ""))
+        else:
+            if not error and not raw_log.is_file():
+                error = f"Locust exited with {cell.exit_code} and wrote no raw log (see {files.locust_log.name})"
+            elif not error and not measured:
+                error = "no request completed"
+            elif not error and summary is not None and summary.failures == summary.requests:
+                first = next(r.error for r in measured if not r.success)
+                error = f"all {summary.failures} requests failed: {first}"
+            cell.status, cell.error = ("failed", error) if error else ("ok", "")
+        return CellResult(results, summary)
+
+
+def _signal(proc: subprocess.Popen, signum: int, group: bool) -> None:
+    try:
+        if group:
+            os.killpg(proc.pid, signum)
+        else:
+            proc.send_signal(signum)
+    except (ProcessLookupError, PermissionError):
+        pass

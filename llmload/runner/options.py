@@ -1,0 +1,248 @@
+"""The runner's command line: every option and its default (written once, here), and the checks across options.
+
+Every bad input ends the runner before anything starts with one line,
+``error: argument --x: ...`` or ``error: --x ...``, and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import re
+from pathlib import Path
+
+from llmload.core.cliargs import (choice_list, float_list, int_list, non_negative_float, non_negative_int,
+                                  number, positive_float, positive_int)
+from llmload.core.metrics import APIS, MODES, SLO
+from llmload.core.services import ServiceError
+from llmload.runner.tasks import default_tasks, names as task_names
+from llmload.targets import DEFAULT_BASELINE, KINDS, parse_targets
+from server.settings import DTYPES
+
+#: The full comparison (``make compare``); ``--quick`` replaces some of it with :data:`QUICK`.
+FULL = dict(servers="basic-naive,basic-batched,vllm", tasks=None, modes=list(MODES),  # tasks: the registry's default
+            concurrency=[1, 2, 4, 8], requests=8, max_tokens=32)
+QUICK = dict(tasks=["chat", "qa"], concurrency=[1, 4], requests=4, max_tokens=16)
+#: How open-loop cells space their requests (the load generator's ``--arrival``).
+ARRIVALS = ("constant", "poisson", "gamma")
+DEFAULT_ARRIVAL = "poisson"
+DEFAULT_SLO_TARGET = 99.0
+DEFAULT_MAX_LAG_S = 0.5
+DEFAULT_CAPACITY_STEPS = 6
+#: Seconds Locust gets to finish its users' requests once asked to stop (its ``--stop-timeout``).
+LOCUST_STOP_TIMEOUT_S = 10
+SLO_KEYS = SLO.KEYS
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s)?\s*$")
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one ``error: ...`` line (no usage block), exit code 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message}\n")
+
+
+def duration_ms(text: str) -> float:
+    """``500``, ``500ms`` or ``0.5s`` -> seconds (a bare number is milliseconds); > 0."""
+    match = _DURATION.match(text)
+    if not match or float(match.group(1)) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration > 0 (milliseconds, or with a unit: 500ms, 0.5s)")
+    value = float(match.group(1))
+    return value if match.group(2) == "s" else value / 1000.0
+
+
+def slo_type(text: str) -> SLO:
+    """``--slo``: ``ttft=500,e2e=4000`` (ms; ``500ms`` and ``0.5s`` too), by :meth:`SLO.parse`."""
+    try:
+        return SLO.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{exc} (e.g. ttft=500,e2e=4000)") from None
+
+
+def targets_type(text: str):
+    """``--servers``: kinds and NAME=URL / NAME=KIND items (:func:`llmload.targets.parse_targets`)."""
+    try:
+        return parse_targets(text)
+    except ServiceError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+percent = number(float, 0.0, inclusive=False, what="a percentage > 0 and <= 100")
+
+
+def percent_type(text: str) -> float:
+    value = percent(text)
+    if value > 100:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a percentage > 0 and <= 100")
+    return value
+
+
+def build_parser() -> OneLineParser:
+    kinds = ", ".join(k for k in KINDS if k != "url")
+    p = OneLineParser(
+        prog="python -m llmload.runner",
+        description="Run the comparison matrix (servers x tasks x modes x load levels) with Locust and the resource "
+                    "monitor, then merge the results into a report. Defaults: the embedded model, "
+                    f"{FULL['servers']}, the tasks {','.join(default_tasks())}, sync and stream, concurrency "
+                    f"{','.join(map(str, FULL['concurrency']))}, {FULL['requests']} requests of {FULL['max_tokens']} "
+                    "tokens per cell. See docs/runner.md.",
+        epilog="Progress: one line per cell, '[done/total] server task mode level: figures (cell seconds); about N "
+               "min left'. The time left is the mean time of the cells done so far times the cells left, plus the "
+               "mean server start-up so far times the servers still to start. SIGINT or SIGTERM (to the runner or "
+               "its process group) stops Locust first, gracefully, then the server; the cell is recorded as "
+               "interrupted, a partial report is made, and the exit code is 130 (SIGINT) or 143 (SIGTERM).")
+    matrix = p.add_argument_group("the matrix")
+    matrix.add_argument("--quick", action="store_true",
+                        help=f"small matrix: tasks {','.join(QUICK['tasks'])}, concurrency "
+                             f"{','.join(map(str, QUICK['concurrency']))}, {QUICK['requests']} requests, "
+                             f"{QUICK['max_tokens']} tokens (a few minutes)")
+    matrix.add_argument("--servers", type=targets_type, default=None, metavar="LIST",
+                        help=f"comma list of server kinds to start ({kinds}; aliases basic, naive, batched, "
+                             "batched-plain), NAME=KIND to start a kind under another name, or NAME=URL for a server "
+                             f"already running (default: {FULL['servers']})")
+    matrix.add_argument("--baseline", default=None, metavar="NAME",
+                        help=f"the server every ratio is taken against, baseline / server (default: "
+                             f"{DEFAULT_BASELINE}, when it is among --servers)")
+    matrix.add_argument("--tasks", type=choice_list(task_names(), "tasks"), default=None, metavar="LIST",
+                        help=f"comma list of {', '.join(task_names())} (default: {','.join(default_tasks())})")
+    matrix.add_argument("--modes", type=choice_list(MODES, "modes"), default=None, metavar="LIST",
+                        help="comma list of sync, stream (default: both)")
+    matrix.add_argument("--concurrency", "--parallel", dest="concurrency", type=int_list, default=None,
+                        metavar="LIST",
+                        help="closed-loop levels: comma list of concurrent users, each sending its next request when "
+                             f"the last one ends (default: {','.join(map(str, FULL['concurrency']))}, unless --rates, "
+                             "--sweep or --find-capacity is given; --parallel is the seed's name for it)")
+    matrix.add_argument("--requests", type=positive_int, default=None, metavar="N",
+                        help=f"requests per cell, warm-up included (default: {FULL['requests']}; a closed-loop cell "
+                             "sends at least its concurrency)")
+    matrix.add_argument("--max-tokens", type=non_negative_int, default=None, metavar="N",
+                        help=f"output tokens per request, fixed with ignore_eos (default: {FULL['max_tokens']}; "
+                             "0 = each prompt's own task budget)")
+    matrix.add_argument("--api", choices=APIS, default="chat", help="API style (default: %(default)s)")
+    matrix.add_argument("--repeat", type=positive_int, default=1, metavar="R",
+                        help="run every cell R times in a row (the report gives the spread across repeats; "
+                             "default: %(default)s)")
+    matrix.add_argument("--throughput-only", action="store_true",
+                        help="request and token throughput per level only: sync requests, no per-token timing "
+                             "(as the seed's option did)")
+    matrix.add_argument("--warmup", type=non_negative_int, default=0, metavar="N",
+                        help="the first N requests of every cell are sent but left out of its figures "
+                             "(default: %(default)s; must be smaller than --requests)")
+
+    load = p.add_argument_group("open loop: offered rates, sweeps and capacity")
+    load.add_argument("--rates", type=float_list, default=None, metavar="LIST",
+                      help="open-loop levels: comma list of offered request rates (req/s over the whole cell), "
+                           "instead of or beside --concurrency")
+    load.add_argument("--sweep", type=positive_int, default=None, metavar="N",
+                      help="measure each server's saturation throughput (a closed loop at --pool users), then run N "
+                           "rates evenly spaced up to it (saturation x 1/N, 2/N, ..., 1), as GuideLLM's sweep does")
+    load.add_argument("--find-capacity", action="store_true",
+                      help="per server, task and mode: the highest rate whose SLO attainment stays at or above "
+                           "--slo-target with dispatch lag p99 under --max-lag, by bisection from the saturation "
+                           "throughput (needs --slo; written to capacity.jsonl with its bracket)")
+    load.add_argument("--capacity-steps", type=positive_int, default=DEFAULT_CAPACITY_STEPS, metavar="N",
+                      help="most rates one capacity search tries (default: %(default)s)")
+    load.add_argument("--slo", type=slo_type, default=None, metavar="KEY=MS,...",
+                      help=f"latency targets a request must all meet, keys {', '.join(SLO_KEYS)}, values in ms (or "
+                           "500ms, 0.5s), e.g. ttft=500,e2e=4000; open-loop latencies count from the intended start")
+    load.add_argument("--slo-target", type=percent_type, default=DEFAULT_SLO_TARGET, metavar="PCT",
+                      help="share of requests that must meet --slo for a rate to hold (default: %(default)s %%)")
+    load.add_argument("--max-lag", type=duration_ms, default=DEFAULT_MAX_LAG_S, metavar="MS",
+                      help=f"dispatch lag p99 above which a capacity step fails: the load generator could not keep "
+                           f"the schedule (default: {DEFAULT_MAX_LAG_S * 1000:g} ms)")
+    load.add_argument("--pool", type=positive_int, default=None, metavar="N",
+                      help="most requests in flight in an open-loop cell (Locust's -u there) and the users of the "
+                           "saturation run (default: --requests, i.e. no bound within a cell)")
+    load.add_argument("--arrival", choices=ARRIVALS, default=DEFAULT_ARRIVAL,
+                      help="how open-loop requests are spaced (default: %(default)s, as vllm bench serve)")
+    load.add_argument("--burstiness", type=positive_float, default=None, metavar="K",
+                      help="--arrival gamma only: the gamma shape (1 = Poisson, < 1 burstier, > 1 steadier)")
+    load.add_argument("--seed", type=non_negative_int, default=0, metavar="N",
+                      help="seed of the arrival schedule, the same for every server (default: %(default)s)")
+
+    servers = p.add_argument_group("the servers")
+    servers.add_argument("--model", default=None,
+                         help="model id or folder (default: the embedded SmolLM2-135M-Instruct)")
+    servers.add_argument("--max-model-len", type=positive_int, default=2048, metavar="N",
+                         help="context limit on every server (default: %(default)s)")
+    servers.add_argument("--dtype", choices=DTYPES, default="float32",
+                         help="weights dtype on every started server (default: %(default)s, the checkpoint's own; "
+                              "vLLM on CPU would pick bfloat16, which degrades this small model's outputs)")
+    servers.add_argument("--threads", type=non_negative_int, default=max(1, (os.cpu_count() or 2) - 1), metavar="N",
+                         help="torch threads of the basic server (default: %(default)s = cores - 1, as vLLM on CPU "
+                              "keeps one core for its API server; 0 = torch's default)")
+    servers.add_argument("--max-num-seqs", type=positive_int, default=None, metavar="N",
+                         help="batch cap of the batched engine and vLLM (default: each server's own)")
+    servers.add_argument("--kv-cache-gib", type=positive_float, default=2.0, metavar="GIB",
+                         help="vLLM on CPU: KV cache GiB (default: %(default)s)")
+    servers.add_argument("--vllm-prefix-caching", action="store_true",
+                         help="start vllm with automatic prefix caching, as the vllm-prefix-cache kind (off by default: "
+                              "every cell sends its task's prompts from the first one, and the basic server has no "
+                              "prefix cache, so vLLM would skip prefills the others do)")
+    servers.add_argument("--mock-ttft-ms", type=non_negative_float, default=50.0, metavar="MS",
+                         help="mock server: time to first token (default: %(default)s)")
+    servers.add_argument("--mock-itl-ms", type=non_negative_float, default=10.0, metavar="MS",
+                         help="mock server: time between tokens (default: %(default)s)")
+    servers.add_argument("--start-timeout", type=positive_float, default=300.0, metavar="S",
+                         help="seconds to wait for a basic server to start (default: %(default)s)")
+    servers.add_argument("--vllm-timeout", type=positive_float, default=900.0, metavar="S",
+                         help="seconds to wait for vLLM to start (default: %(default)s)")
+
+    run = p.add_argument_group("the run")
+    run.add_argument("--cell-timeout", type=positive_float, default=600.0, metavar="S",
+                     help="seconds after which one Locust cell is stopped and marked failed (default: %(default)s)")
+    run.add_argument("--on-error", choices=("continue", "stop"), default="continue",
+                     help="after a failed cell or server: go on with the next, or stop the run (default: %(default)s)")
+    run.add_argument("--data-dir", type=Path, default=None,
+                     help="folder of ready prompt sets <task>.jsonl, used as they are (default: datasets/data, "
+                          "built or rebuilt for the model when missing or stale)")
+    run.add_argument("--out", type=Path, default=None, help="run folder (default: results/<timestamp>)")
+    run.add_argument("--no-report", action="store_true", help="skip the merge at the end")
+    return p
+
+
+def open_loop(args: argparse.Namespace) -> bool:
+    """True when the run has open-loop cells (rates, a sweep or a capacity search)."""
+    return bool(args.rates or args.sweep or args.find_capacity)
+
+
+def resolve(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None) -> argparse.Namespace:
+    """Fill the profile's defaults into unset options and check the options against each other.
+
+    Errors go through ``parser.error`` (one line, exit code 2); without a parser they raise ValueError.
+    """
+    def fail(message: str):
+        if parser is not None:
+            parser.error(message)
+        raise ValueError(message)
+
+    explicit_modes = args.modes is not None
+    profile = {**FULL, **(QUICK if args.quick else {})}
+    if args.concurrency is None and open_loop(args):
+        profile["concurrency"] = []  # rates, sweeps and searches replace the default closed-loop levels
+    profile["tasks"] = profile["tasks"] or default_tasks()
+    for key, value in profile.items():
+        if getattr(args, key) is None:
+            setattr(args, key, targets_type(value) if key == "servers" else value)
+    if args.vllm_prefix_caching:
+        args.servers = [dataclasses.replace(t, kind="vllm-prefix-cache") if t.kind == "vllm" else t for t in args.servers]
+    names = [t.name for t in args.servers]
+    if args.baseline is None:
+        args.baseline = DEFAULT_BASELINE if DEFAULT_BASELINE in names else None
+    elif args.baseline not in names:
+        fail(f"--baseline {args.baseline} is not among --servers ({', '.join(names)})")
+    if args.throughput_only:
+        if explicit_modes and "stream" in args.modes:
+            fail("--throughput-only sends sync requests only: leave --modes out or give --modes sync")
+        args.modes = ["sync"]
+    if args.warmup and args.warmup >= args.requests:
+        fail(f"--warmup {args.warmup} must be smaller than --requests ({args.requests}): at least one request "
+             "of each cell must be measured")
+    if args.find_capacity and args.slo is None:
+        fail("--find-capacity needs --slo, the targets a rate must hold (e.g. --slo ttft=500,e2e=4000)")
+    if args.burstiness is not None and args.arrival != "gamma":
+        fail(f"--burstiness applies to --arrival gamma only (got --arrival {args.arrival})")
+    if args.pool is None:
+        args.pool = args.requests
+    return args

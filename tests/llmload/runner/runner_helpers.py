@@ -1,0 +1,149 @@
+"""Helpers of the runner tests: prompt sets, running the runner, fake server kinds.
+
+Run as a script, it is the runner with the fake kinds registered:
+
+    python tests/llmload/runner/runner_helpers.py --servers renamed-mock ...
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from llmload.core.records import PromptRecord, write_records
+from llmload.runner.cli import main as runner_main
+from llmload.targets import TargetKind, TargetSettings, register
+from llmload.targets.basic import basic_server_command
+
+REPO = Path(__file__).resolve().parents[3]
+HELPER = Path(__file__).resolve()
+
+
+class RenamedMock(TargetKind):
+    """The mock engine's command under a kind name of its own (a server kind the suite does not ship)."""
+
+    name = "renamed-mock"
+    description = "the mock engine, registered by a test"
+    needs_model = False
+
+    def command(self, settings: TargetSettings, port: int) -> list[str]:
+        return basic_server_command("mock", port, extra=["--log-level", "warning", "--mock-ttft-ms",
+                                                         f"{settings.mock_ttft_ms:g}", "--mock-itl-ms",
+                                                         f"{settings.mock_itl_ms:g}"])
+
+
+class NeverReady(TargetKind):
+    """A server that starts but never answers its health check (to interrupt a start-up)."""
+
+    name = "never-ready"
+    description = "a process that never becomes healthy"
+    needs_model = False
+
+    def command(self, settings: TargetSettings, port: int) -> list[str]:
+        return [sys.executable, "-c", "import time; time.sleep(600)"]
+
+
+def register_fakes() -> None:
+    register(RenamedMock())
+    register(NeverReady())
+
+
+def make_data(folder: Path, tasks=("qa",), n=8) -> Path:
+    for task in tasks:
+        write_records(folder / f"{task}.jsonl", [
+            PromptRecord(id=f"{task}-{i}", task=task, source="test", prompt=f"Answer briefly: what is {i} + {i}?",
+                         messages=[{"role": "user", "content": f"Answer briefly: what is {i} + {i}?"}],
+                         max_tokens=16, input_tokens=12) for i in range(n)])
+    return folder
+
+
+def run_runner(*args: str, timeout: float = 600, merged: bool = False, fakes: bool = False
+               ) -> subprocess.CompletedProcess:
+    """Run the runner; ``merged``: stderr into stdout, as a terminal shows them (``proc.stderr`` is then "")."""
+    command = [sys.executable, str(HELPER)] if fakes else [sys.executable, "-m", "llmload.runner"]
+    proc = subprocess.run([*command, *args], cwd=REPO, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT if merged else subprocess.PIPE, text=True, timeout=timeout)
+    proc.stderr = proc.stderr or ""
+    return proc
+
+
+def start_runner(*args: str, fakes: bool = False) -> subprocess.Popen:
+    """The runner in a session of its own (its PID is its process group), output to pipes."""
+    command = [sys.executable, str(HELPER)] if fakes else [sys.executable, "-m", "llmload.runner"]
+    return subprocess.Popen([*command, *args], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def stop_leftovers(processes: list[psutil.Process]) -> list[int]:
+    """Kill (by PID) those of ``processes`` still alive; return their PIDs (an empty list when all had ended)."""
+    alive = []
+    for proc in processes:
+        try:
+            if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                alive.append(proc.pid)
+                proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+def wait_for(predicate, timeout: float, interval: float = 0.1) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
+
+
+def cell_records(run_dir: Path) -> list[dict]:
+    path = run_dir / "cells.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+
+
+def line_count(path: Path) -> int:
+    return path.read_text().count("\n") if path.is_file() else 0
+
+
+def read_summary(run_dir: Path) -> list[dict]:
+    with (run_dir / "report" / "summary.csv").open() as handle:
+        return list(csv.DictReader(handle))
+
+
+def locust_count(stats_csv: Path) -> int | None:
+    """The Aggregated request count of Locust's own stats CSV."""
+    with stats_csv.open(newline="") as handle:
+        for row in csv.DictReader(handle):
+            if row.get("Name") == "Aggregated":
+                return int(float(row["Request Count"]))
+    return None
+
+
+def send(pid: int, signum: int, group: bool) -> None:
+    if group:
+        os.killpg(pid, signum)
+    else:
+        os.kill(pid, signum)
+
+
+SIGNALS = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM}
+
+
+if __name__ == "__main__":
+    register_fakes()
+    raise SystemExit(runner_main(sys.argv[1:]))

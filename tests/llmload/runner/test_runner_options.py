@@ -1,0 +1,106 @@
+"""The runner's options: defaults, aliases, and every bad input as one line with exit code 2 before anything starts."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmload.core.metrics import SLO
+from llmload.runner import cli
+from llmload.runner.cli import parse_args
+from llmload.runner.options import build_parser
+from llmload.tasks import default_task_names, task_names
+from runner_helpers import run_runner
+
+
+def error_of(argv: list[str], capsys) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
+    return lines[0]
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--rates", "0"], "argument --rates: '0' is not a number > 0"),
+    (["--rates", "1,fast"], "argument --rates: 'fast' is not a number > 0"),
+    (["--rates", "-2"], "argument --rates: '-2' is not a number > 0"),
+    (["--arrival", "weibull"], "argument --arrival: invalid choice: 'weibull' (choose from"),
+    (["--slo", "ttfx=5"], "argument --slo: 'ttfx=5' is not KEY=MS with KEY one of ttft, tpot, e2e, itl"),
+    (["--slo", "ttft"], "argument --slo: 'ttft' is not KEY=MS"),
+    (["--slo", "ttft=abc"], "argument --slo: ttft='abc': a target is a positive number of milliseconds"),
+    (["--slo", "e2e=0"], "argument --slo: e2e='0': a target is a positive number"),
+    (["--slo", "e2e=-5s"], "argument --slo: e2e='-5s': a target is a positive number"),
+    (["--slo", "ttft=1,ttft=2"], "argument --slo: ttft is given twice"),
+    (["--warmup", "9", "--requests", "8"], "--warmup 9 must be smaller than --requests (8)"),
+    (["--warmup", "4", "--quick"], "--warmup 4 must be smaller than --requests (4)"),
+    (["--find-capacity"], "--find-capacity needs --slo"),
+    (["--baseline", "tgi"], "--baseline tgi is not among --servers (basic-naive, basic-batched, vllm)"),
+    (["--servers", "mock", "--baseline", "vllm"], "--baseline vllm is not among --servers (mock)"),
+    (["--servers", "tgi"], "argument --servers: unknown server 'tgi': choose from basic-naive"),
+    (["--servers", "mock,mock"], "argument --servers: --servers names must be unique"),
+    (["--tasks", "poetry"], f"argument --tasks: 'poetry' is not one of {', '.join(task_names())}"),
+    (["--modes", "batch"], "argument --modes: 'batch' is not one of sync, stream"),
+    (["--concurrency", "0"], "argument --concurrency/--parallel: '0' is not an integer >= 1"),
+    (["--parallel", "1,x"], "argument --concurrency/--parallel: 'x' is not an integer >= 1"),
+    (["--sweep", "0"], "argument --sweep: '0' is not an integer >= 1"),
+    (["--pool", "0"], "argument --pool: '0' is not an integer >= 1"),
+    (["--repeat", "0"], "argument --repeat: '0' is not an integer >= 1"),
+    (["--slo-target", "0"], "argument --slo-target: '0' is not a percentage > 0 and <= 100"),
+    (["--slo-target", "101"], "argument --slo-target: '101' is not a percentage > 0 and <= 100"),
+    (["--max-lag", "0"], "argument --max-lag: '0' is not a duration > 0"),
+    (["--burstiness", "0.5"], "--burstiness applies to --arrival gamma only (got --arrival poisson)"),
+    (["--burstiness", "0"], "argument --burstiness: '0' is not a number > 0"),
+    (["--throughput-only", "--modes", "stream"], "--throughput-only sends sync requests only"),
+])
+def test_bad_input_is_one_line_naming_the_option(argv, expected, capsys):
+    line = error_of(argv, capsys)
+    assert line.startswith(f"error: {expected}"), line
+
+
+def test_slo_targets_take_milliseconds_or_a_unit():
+    args = parse_args(["--servers", "mock", "--slo", "ttft=500,tpot=50ms,e2e=4s,itl=0.2s", "--find-capacity"])
+    assert args.slo == SLO(ttft=0.5, tpot=0.05, e2e=4.0, itl=0.2)
+    assert args.slo_target == 99.0 and args.max_lag == 0.5 and args.capacity_steps == 6
+
+
+def test_defaults_profiles_and_aliases():
+    full = parse_args([])
+    assert [t.name for t in full.servers] == ["basic-naive", "basic-batched", "vllm"] and full.baseline == "vllm"
+    assert full.tasks == list(default_task_names()) == ["chat", "summarization", "qa", "code"]
+    assert full.modes == ["sync", "stream"]
+    assert (full.concurrency, full.requests, full.max_tokens, full.repeat, full.pool) == ([1, 2, 4, 8], 8, 32, 1, 8)
+    quick = parse_args(["--quick", "--servers", "naive,batched"])
+    assert quick.tasks == ["chat", "qa"] and quick.concurrency == [1, 4] and quick.requests == 4
+    assert [t.kind for t in quick.servers] == ["basic-naive", "basic-batched"] and quick.baseline is None
+    assert parse_args(["--parallel", "2,3"]).concurrency == [2, 3]  # the seed's name
+    assert "--parallel is the seed's name" in " ".join(build_parser().format_help().split())
+    # rates, sweeps and searches replace the default closed-loop levels, unless levels are given too
+    assert parse_args(["--rates", "1.5,3"]).concurrency == []
+    assert parse_args(["--rates", "1.5", "--concurrency", "2"]).concurrency == [2]
+    assert parse_args(["--sweep", "4", "--pool", "3"]).pool == 3
+    assert parse_args(["--throughput-only"]).modes == ["sync"]
+    caching = parse_args(["--servers", "mock,vllm", "--vllm-prefix-caching"])
+    assert [(t.name, t.kind) for t in caching.servers] == [("mock", "mock"), ("vllm", "vllm-prefix-cache")]
+
+
+def test_options_the_load_generator_lacks_are_refused(monkeypatch, capsys):
+    monkeypatch.setattr(cli, "loadgen_flags", lambda: frozenset({"--mode", "--requests"}))
+    assert error_of(["--rates", "2"], capsys) == ("error: --rates needs the load generator's --rate, which "
+                                                  "`python -m llmload.loadgen` does not list (update llmload/loadgen)")
+    assert "--warmup needs the load generator's --warmup" in error_of(["--warmup", "2"], capsys)
+    assert parse_args(["--concurrency", "2"]).concurrency == [2]  # closed-loop runs need none of them
+
+
+def test_the_command_line_says_it_in_one_line(tmp_path):
+    proc = run_runner("--tasks", "poetry", "--out", str(tmp_path / "x"))
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.splitlines() == [
+        f"error: argument --tasks: 'poetry' is not one of {', '.join(task_names())} (in 'poetry')"]
+    assert not (tmp_path / "x").exists()
+    proc = run_runner("--servers", "basic-naive", "--model", "./models/not-there", "--out", str(tmp_path / "y"))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "error: model: no model folder at ./models/not-there: pass a model folder or a Hugging Face id, or leave "
+        "--model out to use the embedded default (materialised by `make model`)"]
