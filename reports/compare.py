@@ -17,13 +17,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from llmload.core.metrics import SLO, ratio
-from llmload.core.stats import CELL_NOISE, Interval
+from llmload.core.metrics import ratio
+from llmload.core.stats import CELL_NOISE
 from llmload.core.tables import render
 from reports.estimates import ratio_intervals
 from reports.format import number, title
 from reports.merge import RATIO_COLUMNS, add_noise_option, estimate_text, level, ratio_text, run_rows, write_csv
 from reports.run import ReportError, RunData, load_run
+from reports.sections import bracket_ratio, slo_text
 
 COLUMNS = ["server", "task", "mode", "concurrency", "rate", "metric", "a", "b", "ratio", "ci_low", "ci_high",
            "significant", "pairs", "method"]
@@ -49,18 +50,6 @@ def holdings(groups: list[dict], capacity: list[dict]) -> str:
     if capacity:
         parts.append("capacity: " + ", ".join(f"{c.get('server')} {c.get('task')} {c.get('mode')}" for c in capacity))
     return "; ".join(parts) or "no completed cell"
-
-
-def bracket_ratio(top: dict, bottom: dict) -> Interval:
-    """``top / bottom`` capacity; its interval spans what the two search brackets allow
-    (``[top_low / bottom_high, top_high / bottom_low]``), none where a bracket is open."""
-    value = ratio(top.get("capacity_rps"), bottom.get("capacity_rps"))
-    t_low, t_high = (top.get("bracket") or [None, None])[:2]
-    b_low, b_high = (bottom.get("bracket") or [None, None])[:2]
-    steps = len(top.get("steps") or []) + len(bottom.get("steps") or [])
-    if None in (t_low, t_high, b_low, b_high) or not b_low or not b_high:
-        return Interval(value, n=steps)
-    return Interval(value, t_low / b_high, t_high / b_low, n=steps)
 
 
 def capacity_key(entry: dict) -> tuple:
@@ -103,7 +92,7 @@ def compare(a: RunData, b: RunData, noise: float = CELL_NOISE) -> dict:
                          "metric": "capacity_rps", "a": ea.get("capacity_rps"), "b": eb.get("capacity_rps"),
                          "ratio": iv.value, "ci_low": iv.low, "ci_high": iv.high, "significant": iv.significant,
                          "pairs": None, "method": "brackets", "_iv": iv,
-                         "slo": SLO(**{k: v / 1000.0 for k, v in (eb.get("slo") or {}).items()}).describe()})
+                         "slo": slo_text(eb)})
     left_out = []
     for name, mine, other_ok, groups in (("A", ok_a, ok_b, groups_a), ("B", ok_b, ok_a, groups_b)):
         for row in groups:

@@ -9,13 +9,15 @@ IDENTITY_TITLES = {"concurrency": "users", "level": "level", "repeats": "repeats
 
 
 def number(value: float) -> str:
-    """Three significant figures or so: ``1234``, ``52.3``, ``1.23``, ``0.0412``."""
-    magnitude = abs(value)
-    if magnitude >= 100 or value == int(value) and magnitude >= 10:
+    """About three significant figures: ``1234``, ``52.3``, ``1.23``, ``0.0412``."""
+    if value == 0:
+        return "0"
+    rounded = abs(float(f"{value:.3g}"))
+    if rounded >= 100:
         return f"{value:.0f}"
-    if magnitude >= 10:
+    if rounded >= 10:
         return f"{value:.1f}"
-    if magnitude >= 0.1 or magnitude == 0:
+    if rounded >= 0.1:
         return f"{value:.2f}"
     return f"{value:.3g}"
 

@@ -25,6 +25,7 @@ from llmload.core.stats import CELL_NOISE, RESAMPLES, SEED, Interval, min_sample
 from llmload.core.tables import render
 from reports.estimates import (Requests, cell_intervals, estimated, pooled_summary, ratio_intervals,
                                repeat_intervals, requests_of)
+from reports import sections
 from reports.format import number, shown, title
 from reports.run import CellData, ReportError, RunData, describe_key, group_key, load_run, resolve_baseline
 
@@ -193,6 +194,14 @@ class Report:
     token_requests: list[dict] = field(default_factory=list)
     tokenizer_note: str = ""
     noise: float = CELL_NOISE
+    warnings: list[str] = field(default_factory=list)
+    capacity: list[dict] = field(default_factory=list)
+    capacity_ratios: list[dict] = field(default_factory=list)
+    goodput_steps: list[dict] = field(default_factory=list)
+    repeats: list[dict] = field(default_factory=list)
+    turns: list[dict] = field(default_factory=list)
+    series: list[dict] = field(default_factory=list)
+    prefix: list[dict] = field(default_factory=list)
     plots: list[Path] = field(default_factory=list)
 
 
@@ -205,9 +214,14 @@ def build_report(run: RunData, baseline: str | None = None, tokenizer: str | Non
     rows, groups = run_rows(run)
     tok, note = find_tokenizer(run.manifest, tokenizer, use_tokenizer)
     tokens, token_requests = reconcile(run, tok)
-    return Report(run=run, baseline=base, rows=rows, groups=groups, ratios=ratio_rows(groups, base, noise), noise=noise,
-                  peaks=peak_columns(run.cells), tokens=tokens, token_requests=token_requests,
-                  tokenizer_note=note)
+    capacity = sections.capacity_rows(run)
+    return Report(run=run, baseline=base, rows=rows, groups=groups, ratios=ratio_rows(groups, base, noise),
+                  noise=noise, peaks=peak_columns(run.cells), tokens=tokens, token_requests=token_requests,
+                  tokenizer_note=note, warnings=sections.lag_warnings(groups), capacity=capacity,
+                  capacity_ratios=sections.capacity_ratios(capacity, base),
+                  goodput_steps=sections.goodput_steps(run), repeats=sections.repeat_rows(groups),
+                  turns=sections.turn_rows(run), series=sections.server_series(run),
+                  prefix=sections.prefix_rows(groups, noise))
 
 
 # --------------------------------------------------------------------------- writing
@@ -271,7 +285,7 @@ def _identity_cell(row: dict, column: str):
 def summary_table(rows: list[dict], peaks: list[str]) -> str:
     ident = ["server", "task", "mode", "level"] + (["repeats"] if any((r.get("repeats") or 0) > 1 for r in rows)
                                                    else []) + ["status"]
-    extra = [p for p in peaks if p in MD_PEAKS or (p.startswith("peak_server_") and not p.endswith("_mib"))]
+    extra = [p for p in peaks if p in MD_PEAKS or ("_server_" in p and not p.endswith("_mib"))]
     columns = present(rows, headline_columns() + extra)
     if any(r.get("token_source") not in ("usage", None) for r in rows):
         columns.append("token_source")
@@ -344,7 +358,9 @@ def markdown(report: Report) -> str:
     parts = header_lines(report)
     matrix, other = main_rows(report)
     parts += ["Latencies in ms, from the raw per-request logs (warm-up excluded); throughput over each cell's "
-              "wall time. " + STATS_NOTE, "", summary_table(matrix, report.peaks), ""]
+              "wall time. " + STATS_NOTE, ""]
+    if matrix:
+        parts += [summary_table(matrix, report.peaks), ""]
     if other:
         parts += ["## Sweep and capacity cells", "", summary_table(other, report.peaks), ""]
     if report.ratios:
@@ -355,6 +371,9 @@ def markdown(report: Report) -> str:
                   "2 or more; `*`: significant (the interval excludes 1). Above 1, "
                   f"{report.baseline}'s figure is the larger (faster for throughputs, slower for latencies).", "",
                   ratio_table(report.ratios), ""]
+    if report.warnings:
+        parts += ["## Warnings", ""] + [f"- {line}" for line in report.warnings] + [""]
+    parts += section_lines(report)
     parts += ["## Output tokens", "",
               "Token throughput counts the server's usage (`counts used`: usage, or the stream's text chunks "
               f"where usage was missing). {report.tokenizer_note}.", ""]
@@ -374,6 +393,60 @@ def markdown(report: Report) -> str:
     return "\n".join(parts)
 
 
+def interval_text(value, iv: Interval | None, column: str) -> str | None:
+    return estimate_text(column, {column: value, "_iv": {column: iv} if iv is not None else {}})
+
+
+def section_lines(report: Report) -> list[str]:
+    """The capacity, repeats, turns and prefix-cache sections (where the run has their data)."""
+    parts: list[str] = []
+    if report.capacity:
+        body = [[r["server"], r["task"], r["mode"], r["slo"], None if r["slo_target"] is None else f"{r['slo_target']:g} %",
+                 None if r["capacity_rps"] is None else number(r["capacity_rps"]),
+                 None if r["bracket_low"] is None else f"[{number(r['bracket_low'])}, "
+                 f"{'open' if r['bracket_high'] is None else number(r['bracket_high'])}]",
+                 None if r["saturation_rps"] is None else number(r["saturation_rps"]), r["steps"]]
+                for r in report.capacity]
+        parts += ["## Capacity at SLO", "",
+                  "The highest offered rate each server held with the SLO met by the target share of requests; the "
+                  "search brackets it between the highest rate that held and the lowest that did not.", "",
+                  render(body, ["server", "task", "mode", "SLO", "target", "capacity req/s", "bracket req/s",
+                                "saturation req/s", "steps"]), ""]
+        parts += [f"- {sections.capacity_sentence(r)}" for r in report.capacity_ratios] + [""]
+    if report.repeats:
+        body = []
+        for r in report.repeats:
+            line = [describe_key((r["server"], r["task"], r["mode"], r["concurrency"], r["rate"], r["phase"])),
+                    r["repeats"]]
+            for column in sections.THROUGHPUTS:
+                if f"{column}_mean" not in r:
+                    line.append(None)
+                    continue
+                iv = Interval(r[f"{column}_mean"], r[f"{column}_ci_low"], r[f"{column}_ci_high"], r["repeats"])
+                line.append(f"{interval_text(r[f'{column}_mean'], iv, column)} (min {number(r[f'{column}_min'])}, "
+                            f"max {number(r[f'{column}_max'])}; "
+                            + ", ".join(number(v) for v in r[f"_{column}_values"]) + ")")
+            body.append(line)
+        parts += ["## Repeats", "", "Throughput over repeats: mean [Student's t 95 % interval] (min, max; each "
+                  "repeat).", "", render(body, ["cell", "repeats"] + [title(c) for c in sections.THROUGHPUTS]), ""]
+    if report.turns:
+        body = [[describe_key((r["server"], r["task"], r["mode"], r["concurrency"], r["rate"], r["phase"])),
+                 r["turn"], r["requests"], estimate_text("ttft_p50", r), estimate_text("e2e_p50", r)]
+                for r in report.turns]
+        parts += ["## Multi-turn conversations", "", "By turn index (0 = the first user turn; later turns carry the "
+                  "whole history).", "", render(body, ["cell", "turn", "requests", title("ttft_p50"),
+                                                      title("e2e_p50")]), ""]
+    if report.prefix:
+        body = [[r["mode"], "r%g/s" % r["rate"] if r["rate"] is not None else f"c{r['concurrency']}",
+                 title(r["metric"]), estimate_text(r["metric"], r["_off"]), estimate_text(r["metric"], r["_on"]),
+                 ratio_text(r["_iv"])] for r in report.prefix]
+        parts += [f"## Prefix caching ({sections.PREFIX_TASK} task)", "",
+                  f"TTFT with the prefix cache off (`{sections.PREFIX_OFF}`) and on (`{sections.PREFIX_ON}`); "
+                  "off / on above 1: the cache shortens the time to first token (`*`: significant).", "",
+                  render(body, ["mode", "level", "figure", "cache off", "cache on", "off / on [95 %]"]), ""]
+    return parts
+
+
 def write_report(report: Report, out_dir: Path) -> Path:
     """Write the CSVs, the plots and ``summary.md``; return ``summary.md``."""
     from reports.plots import write_plots
@@ -381,10 +454,18 @@ def write_report(report: Report, out_dir: Path) -> Path:
 
     out_dir.mkdir(parents=True, exist_ok=True)
     write_csv(out_dir / "summary.csv", report.rows, csv_columns(report.peaks))
-    write_csv(out_dir / "ratios.csv", report.ratios, RATIO_CSV)
+    write_csv(out_dir / "ratios.csv", report.ratios + report.capacity_ratios, RATIO_CSV)
+    for name, rows, columns in (("capacity.csv", report.capacity, sections.CAPACITY_COLUMNS),
+                                ("repeats.csv", report.repeats, sections.REPEAT_COLUMNS),
+                                ("turns.csv", report.turns, sections.TURN_COLUMNS),
+                                ("prefix_cache.csv", report.prefix, sections.PREFIX_COLUMNS)):
+        if rows:
+            write_csv(out_dir / name, rows, columns)
     write_csv(out_dir / "tokens.csv", report.tokens, SERVER_COLUMNS)
     write_csv(out_dir / "tokens_requests.csv", report.token_requests, REQUEST_COLUMNS)
-    report.plots = write_plots(report.groups, report.ratios, out_dir, baseline=report.baseline)
+    report.plots = write_plots(report.groups, report.ratios, out_dir, baseline=report.baseline,
+                               goodput_steps=report.goodput_steps, turns=report.turns,
+                               server_series=report.series)
     path = out_dir / "summary.md"
     path.write_text(markdown(report))
     return path

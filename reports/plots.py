@@ -28,33 +28,49 @@ def value(row: dict, column: str):
     return None if v in (None, "") else v
 
 
-def series(rows: list[dict], task: str | None, column: str, x: str = "concurrency", name: str = "server"):
-    """``{(name, mode): [(x, y, low, high), ...]}`` over ok rows holding ``column``, sorted by ``x``."""
+def series(rows: list[dict], task: str | None, column: str, x: str = "concurrency", name: str = "server",
+           by: str | None = None):
+    """``{(name, mode): [(x, y, low, high, enough), ...]}`` over ok rows holding ``column``, in order of ``by``
+    (default ``x``).
+
+    ``enough``: the value passes the minimum-sample rule (False: drawn hollow, without an interval).
+    """
     out: dict[tuple[str, str], list] = {}
     for row in rows:
-        if row.get("status") != "ok" or (task and row["task"] != task):
+        if row.get("status", "ok") != "ok" or (task and row["task"] != task):
             continue
         y, xv = value(row, column), value(row, x)
         if y is None or xv is None:
             continue
         low, high = ("ci_low", "ci_high") if column == "value" else (f"{column}_ci_low", f"{column}_ci_high")
-        out.setdefault((row[name], row["mode"]), []).append((xv, y, value(row, low), value(row, high)))
-    return {k: sorted(v) for k, v in out.items()}
+        iv = (row.get("_iv") or {}).get(column) if isinstance(row.get("_iv"), dict) else row.get("_iv")
+        enough = iv is None or iv.value is not None
+        out.setdefault((row[name], row.get("mode", "")), []).append(
+            (xv, y, value(row, low), value(row, high), enough, value(row, by or x)))
+    return {k: [p[:5] for p in sorted(v, key=lambda p: p[5])] for k, v in out.items()}
 
 
 def draw(ax, lines, palette: dict[str, str], scale: float = 1.0, log2_x: bool = True,
          xlabel: str = "concurrent users") -> bool:
-    """One line per ``(name, mode)``: colour by name, dashed for sync, error bars where intervals exist."""
+    """One line per ``(name, mode)``: colour by name, dashed for sync, error bars where intervals exist,
+    hollow markers for values of too few samples."""
     for (name, mode), points in sorted(lines.items()):
         xs = [p[0] for p in points]
         ys = [p[1] * scale for p in points]
-        ax.plot(xs, ys, MODE_STYLE.get(mode, "-"), color=palette.get(name), marker="o", label=f"{name} {mode}")
+        color = palette.get(name)
+        ax.plot(xs, ys, MODE_STYLE.get(mode, "-"), color=color, label=f"{name} {mode}".strip())
+        solid = [p for p in points if p[4]]
+        hollow = [p for p in points if not p[4]]
+        if solid:
+            ax.plot([p[0] for p in solid], [p[1] * scale for p in solid], "o", color=color)
+        if hollow:
+            ax.plot([p[0] for p in hollow], [p[1] * scale for p in hollow], "o", color=color, mfc="white")
         bars = [(p[0], p[1] * scale, p[2] * scale, p[3] * scale) for p in points
                 if p[2] is not None and p[3] is not None]
         if bars:
             ax.errorbar([b[0] for b in bars], [b[1] for b in bars],
-                        yerr=[[b[1] - b[2] for b in bars], [b[3] - b[1] for b in bars]],
-                        fmt="none", ecolor=palette.get(name), alpha=0.6, capsize=3)
+                        yerr=[[max(b[1] - b[2], 0) for b in bars], [max(b[3] - b[1], 0) for b in bars]],
+                        fmt="none", ecolor=color, alpha=0.6, capsize=3)
     if lines:
         if log2_x:
             levels = sorted({p[0] for pts in lines.values() for p in pts})
@@ -78,8 +94,9 @@ def matrix_rows(rows: list[dict]) -> list[dict]:
     return [r for r in rows if value(r, "rate") is None and r.get("phase", "matrix") in ("matrix", None)]
 
 
-def write_plots(rows: list[dict], ratios: list[dict], out_dir: Path, baseline: str | None) -> list[Path]:
-    """Draw every plot the rows allow into ``out_dir``; return the files written."""
+def write_plots(rows: list[dict], ratios: list[dict], out_dir: Path, baseline: str | None,
+                goodput_steps: list[dict] = (), turns: list[dict] = (), server_series: list[dict] = ()) -> list[Path]:
+    """Draw every plot the merged rows allow into ``out_dir``; return the files written."""
     written: list[Path] = []
     matrix = matrix_rows(rows)
     tasks = sorted({r["task"] for r in matrix if r.get("status") == "ok"})
@@ -123,6 +140,100 @@ def write_plots(rows: list[dict], ratios: list[dict], out_dir: Path, baseline: s
             ax.set_ylabel(f"{baseline} / {server}")
             ax.set_title(f"output token throughput: {baseline} / {server}", fontsize=10)
         written.append(save(fig, out_dir / "throughput_ratio.png"))
+    written += knee_plots(rows, palette, out_dir)
+    written += goodput_plots(rows, list(goodput_steps), palette, out_dir)
+    written += turn_plots(list(turns), palette, out_dir)
+    written += server_plots(list(server_series), out_dir)
+    return written
+
+
+KNEE = (("ttft_p50", "TTFT p50"), ("ttft_p99", "TTFT p99"), ("e2e_p50", "E2E p50"), ("e2e_p99", "E2E p99"))
+
+
+def knee_plots(rows: list[dict], palette: dict[str, str], out_dir: Path) -> list[Path]:
+    """Latency against achieved request throughput, one curve per server, from the open-loop cells."""
+    open_loop = [r for r in rows if value(r, "rate") is not None and r.get("status") == "ok"]
+    written = []
+    for task in sorted({r["task"] for r in open_loop}):
+        fig, axes = plt.subplots(1, len(KNEE), figsize=(4.2 * len(KNEE), 3.8), squeeze=False)
+        for ax, (column, label) in zip(axes[0], KNEE):
+            if draw(ax, series(open_loop, task, column, x="request_throughput", by="rate"), palette, 1000,
+                    log2_x=False, xlabel="achieved requests/s (in order of offered rate)"):
+                ax.set_yscale("log")
+            else:
+                ax.text(0.5, 0.5, "not measured", ha="center", transform=ax.transAxes)
+            ax.set_title(f"{task}: {label} vs throughput", fontsize=9)
+            ax.set_ylabel("ms")
+        written.append(save(fig, out_dir / f"knee_{task}.png"))
+    return written
+
+
+def goodput_plots(rows: list[dict], steps: list[dict], palette: dict[str, str], out_dir: Path) -> list[Path]:
+    """Goodput against offered rate (capacity steps and open-loop cells), with the ideal y = x."""
+    points = [dict(s, status="ok") for s in steps if s.get("goodput") is not None and s.get("rate") is not None]
+    seen = {(p["server"], p["task"], p["mode"], p["rate"]) for p in points}
+    points += [r for r in rows if r.get("status") == "ok" and value(r, "rate") is not None
+               and value(r, "goodput") is not None and (r["server"], r["task"], r["mode"], r["rate"]) not in seen]
+    written = []
+    for task in sorted({p["task"] for p in points}):
+        fig, ax = plt.subplots(figsize=(5.5, 4))
+        lines = series(points, task, "goodput", x="rate")
+        draw(ax, lines, palette, log2_x=False, xlabel="offered requests/s")
+        top = max(p[0] for pts in lines.values() for p in pts)
+        ax.plot([0, top], [0, top], ":", color="grey", lw=0.8, label="every request within the SLO")
+        ax.set_ylabel("goodput (requests/s within the SLO)")
+        ax.set_title(f"{task}: goodput vs offered rate", fontsize=10)
+        written.append(save(fig, out_dir / f"goodput_{task}.png"))
+    return written
+
+
+def turn_plots(turns: list[dict], palette: dict[str, str], out_dir: Path) -> list[Path]:
+    """TTFT p50 by turn index of multi-turn conversations, one line per server and mode."""
+    written = []
+    for task in sorted({t["task"] for t in turns}):
+        fig, ax = plt.subplots(figsize=(5.5, 4))
+        mine = [dict(t, status="ok", mode=f"{t['mode']} " + (f"r{t['rate']:g}/s" if t.get("rate") is not None
+                                                             else f"c{t['concurrency']}")) for t in turns
+                if t["task"] == task]
+        if not draw(ax, series(mine, task, "ttft_p50", x="turn"), palette, 1000, log2_x=False, xlabel="turn"):
+            draw(ax, series(mine, task, "e2e_p50", x="turn"), palette, 1000, log2_x=False, xlabel="turn")
+        ax.set_ylabel("ms")
+        ax.set_title(f"{task}: TTFT p50 by turn", fontsize=10)
+        written.append(save(fig, out_dir / f"turns_{task}.png"))
+    return written
+
+
+SERIES_STYLE = {"server_running": ("running", "C0", "left"), "server_waiting": ("waiting", "C1", "left"),
+                "server_kv_cache_pct": ("KV cache %", "C2", "right"),
+                "server_prefix_cache_hit_pct": ("prefix-cache hit %", "C3", "right")}
+
+
+def server_plots(series_rows: list[dict], out_dir: Path) -> list[Path]:
+    """Per server and task: for each cell, the server's own running/waiting/KV/prefix-cache series over time
+    beside the client's output tokens/s."""
+    written = []
+    for server, task in sorted({(s["server"], s["task"]) for s in series_rows}):
+        cells = [s for s in series_rows if s["server"] == server and s["task"] == task]
+        fig, axes = plt.subplots(len(cells), 2, figsize=(11, 2.4 * len(cells) + 0.6), squeeze=False)
+        for (left, right), s in zip(axes, cells):
+            level = f"r{s['rate']:g}/s" if s.get("rate") is not None else f"c{s['concurrency']}"
+            twin = left.twinx()
+            for column, values in s["series"].items():
+                label, color, side = SERIES_STYLE[column]
+                (left if side == "left" else twin).plot(s["t"], values, color=color, label=label)
+            twin.set_ylim(0, 105)
+            twin.set_ylabel("%", fontsize=8)
+            left.set_ylabel("requests", fontsize=8)
+            handles = left.get_legend_handles_labels()[0] + twin.get_legend_handles_labels()[0]
+            left.legend(handles, [h.get_label() for h in handles], fontsize=7, loc="upper right")
+            left.set_title(f"{server} {task} {s['mode']} {level}: server", fontsize=9)
+            right.plot(s["client_t"], s["client_tok_s"], color="C4", drawstyle="steps-mid")
+            right.sharex(left)
+            right.set_title("client: output tokens/s", fontsize=9)
+            for ax in (left, right):
+                ax.set_xlabel("s", fontsize=8)
+                ax.grid(True, alpha=0.3)
+        written.append(save(fig, out_dir / f"server_{server}_{task}.png"))
     return written
 
 

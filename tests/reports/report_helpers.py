@@ -180,3 +180,35 @@ class FakeOpenAI:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def open_loop(rate: float, n: int, ttft: float, lag: float = 0.001, t0: float = 2000.0, slo_ttft: float | None = None,
+              warmup: int = 0, **kw) -> list[RequestResult]:
+    """An open loop at ``rate`` req/s: request i due at ``t0 + i / rate``, sent ``lag`` s late.
+
+    The first ``warmup`` requests are warm-up (TTFT 10 s, SLO missed, 1 s late); ``slo_ttft`` sets ``slo_ok``.
+    """
+    out = []
+    for i in range(n + warmup):
+        is_warm = i < warmup
+        due = t0 + i / rate
+        first = 10.0 if is_warm else ttft
+        late = 1.0 if is_warm else lag
+        r = stream_result(i, due + late, first, prompt_id=f"{kw.get('task', 'qa')}-{i % 16}", **kw)
+        r.intended_start, r.warmup = due, is_warm
+        if slo_ttft is not None:
+            r.slo_ok = (first + late) <= slo_ttft
+        out.append(r)
+    return out
+
+
+def monitor_rows(t0: float, seconds: int, running, waiting=None, kv=None, hit=None) -> list[dict]:
+    """Monitor CSV rows every 0.5 s with the server-side columns given as functions of the elapsed time."""
+    rows = []
+    for k in range(seconds * 2):
+        t = k * 0.5
+        rows.append({"timestamp": t0 + t, "elapsed_s": t, "host_used_mib": 1000.0, "server_rss_mib": 500.0 + t,
+                     "server_running": running(t), "server_waiting": "" if waiting is None else waiting(t),
+                     "server_kv_cache_pct": "" if kv is None else kv(t),
+                     "server_prefix_cache_hit_pct": "" if hit is None else hit(t)})
+    return rows

@@ -1,0 +1,272 @@
+"""The report's optional sections, each built from a run where its data exists.
+
+* dispatch-lag warnings (open loop): a cell whose lag p99 passed :data:`LAG_WARN_S`;
+* capacity at SLO (``capacity.jsonl``): per server and task, with ratios between servers;
+* repeats (``--repeat``): the spread of the throughputs over repeats;
+* multi-turn conversations: TTFT and E2E by turn index;
+* server-side metrics (monitor columns from the server's ``/metrics``): series over time per cell;
+* prefix caching: ``vllm`` against ``vllm-prefix-cache`` on the ``prefix`` task.
+
+Each builder returns plain rows (dicts); :mod:`reports.merge` renders them and
+:mod:`reports.plots` draws them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from llmload.core.metrics import SLO, ratio
+from llmload.core.stats import CELL_NOISE, Interval
+from reports.estimates import Requests, cell_intervals, ratio_intervals
+from reports.run import CellData, RunData
+
+#: Dispatch lag p99 above which a cell's load generator fell behind its schedule.
+LAG_WARN_S = 0.005
+#: Monitor columns from the server's own metrics.
+SERVER_SERIES = ("server_running", "server_waiting", "server_kv_cache_pct", "server_prefix_cache_hit_pct")
+PREFIX_OFF, PREFIX_ON, PREFIX_TASK = "vllm", "vllm-prefix-cache", "prefix"
+THROUGHPUTS = ("request_throughput", "output_token_throughput", "goodput")
+
+
+def describe(row: dict) -> str:
+    level = f"r{row['rate']:g}/s" if row.get("rate") is not None else f"c{row['concurrency']}"
+    return " ".join([row["server"], row["task"], row["mode"], level]
+                    + ([row["phase"]] if row.get("phase") not in (None, "matrix") else []))
+
+
+# --------------------------------------------------------------------------- (a) open loop
+
+
+def lag_warnings(groups: list[dict]) -> list[str]:
+    """One line per cell whose dispatch lag p99 passed :data:`LAG_WARN_S`."""
+    lines = []
+    for row in groups:
+        lag = row.get("dispatch_lag_p99")
+        if row.get("status") == "ok" and lag is not None and lag > LAG_WARN_S:
+            lines.append(f"warning: {describe(row)}: dispatch lag p99 {lag * 1000:.1f} ms > {LAG_WARN_S * 1000:g} ms: "
+                         "the load generator fell behind its schedule (the *_sched latencies include the lag)")
+    return lines
+
+
+# --------------------------------------------------------------------------- (b) capacity
+
+
+def slo_text(entry: dict) -> str:
+    """``ttft<=1000ms`` of a capacity record's SLO (targets in ms)."""
+    return SLO(**{k: v / 1000.0 for k, v in (entry.get("slo") or {}).items() if k in SLO.KEYS}).describe()
+
+
+def bracket_ratio(top: dict, bottom: dict) -> Interval:
+    """``top / bottom`` capacity; its interval spans what the two search brackets allow
+    (``[top_low / bottom_high, top_high / bottom_low]``), none where a bracket is open."""
+    value = ratio(top.get("capacity_rps"), bottom.get("capacity_rps"))
+    t_low, t_high = (list(top.get("bracket") or []) + [None, None])[:2]
+    b_low, b_high = (list(bottom.get("bracket") or []) + [None, None])[:2]
+    steps = len(top.get("steps") or []) + len(bottom.get("steps") or [])
+    if None in (t_low, t_high, b_low, b_high) or not b_low or not b_high:
+        return Interval(value, n=steps)
+    return Interval(value, t_low / b_high, t_high / b_low, n=steps)
+
+
+CAPACITY_COLUMNS = ["server", "task", "mode", "slo", "slo_target", "capacity_rps", "bracket_low", "bracket_high",
+                    "saturation_rps", "steps"]
+
+
+def capacity_rows(run: RunData) -> list[dict]:
+    rows = []
+    for e in run.capacity:
+        low, high = (list(e.get("bracket") or []) + [None, None])[:2]
+        rows.append({"server": e.get("server"), "task": e.get("task"), "mode": e.get("mode"), "slo": slo_text(e),
+                     "slo_target": e.get("slo_target"), "capacity_rps": e.get("capacity_rps"), "bracket_low": low,
+                     "bracket_high": high, "saturation_rps": e.get("saturation_rps"),
+                     "steps": len(e.get("steps") or []), "_entry": e})
+    return rows
+
+
+def capacity_ratios(rows: list[dict], baseline: str | None) -> list[dict]:
+    """Baseline over each other server's capacity, per task and mode, with the brackets' interval."""
+    if baseline is None:
+        return []
+    tops = {(r["task"], r["mode"]): r for r in rows if r["server"] == baseline}
+    out = []
+    for r in rows:
+        top = tops.get((r["task"], r["mode"]))
+        if r["server"] == baseline or top is None:
+            continue
+        iv = bracket_ratio(top["_entry"], r["_entry"])
+        out.append({"ratio": f"{baseline} / {r['server']}", "baseline": baseline, "server": r["server"],
+                    "task": r["task"], "mode": r["mode"], "concurrency": None, "rate": None, "phase": "capacity",
+                    "metric": "capacity_rps", "value": iv.value, "ci_low": iv.low, "ci_high": iv.high,
+                    "significant": iv.significant, "pairs": None, "method": "brackets", "_iv": iv,
+                    "slo": top["slo"]})
+    return out
+
+
+def capacity_sentence(r: dict) -> str:
+    """``vllm holds 7.5x [6.0, 9.4] the rate of basic-naive within ttft<=1000ms (significant)``."""
+    iv: Interval = r["_iv"]
+    if iv.value is None:
+        return f"{r['task']} {r['mode']}: no ratio of {r['ratio']} (a server held no rate tried within {r['slo']})"
+    text = f"{r['task']} {r['mode']}: {r['baseline']} holds {iv.value:.2g}x"
+    if iv.has_interval:
+        text += f" [{iv.low:.2g}, {iv.high:.2g}]"
+    text += f" the rate of {r['server']} within {r['slo']}"
+    if iv.significant is not None:
+        text += " (significant)" if iv.significant else " (not significant: the brackets overlap)"
+    return text
+
+
+def goodput_steps(run: RunData) -> list[dict]:
+    """Offered rate against goodput: every capacity step, and every open-loop cell not already a step."""
+    rows = []
+    for e in run.capacity:
+        for step in e.get("steps") or []:
+            rows.append({"server": e.get("server"), "task": e.get("task"), "mode": e.get("mode"),
+                         "rate": step.get("rate"), "goodput": step.get("goodput"),
+                         "attainment": step.get("attainment")})
+    return rows
+
+
+# --------------------------------------------------------------------------- (c) repeats
+
+
+REPEAT_COLUMNS = ["server", "task", "mode", "concurrency", "rate", "phase", "repeats"] + [
+    f"{c}_{s}" for c in THROUGHPUTS for s in ("mean", "ci_low", "ci_high", "min", "max")]
+
+
+def repeat_rows(groups: list[dict]) -> list[dict]:
+    """Per cell with 2+ repeats: each throughput's mean over repeats, its t interval, min and max."""
+    rows = []
+    for g in groups:
+        cells = g.get("_cells") or []
+        if len(cells) < 2:
+            continue
+        row = {k: g.get(k) for k in ("server", "task", "mode", "concurrency", "rate", "phase")}
+        row["repeats"] = len(cells)
+        for column in THROUGHPUTS:
+            values = [c.get(column) for c in cells if c.get(column) is not None]
+            if not values:
+                continue
+            iv = g.get("_iv", {}).get(column)
+            row.update({f"{column}_mean": g.get(column), f"{column}_ci_low": iv.low if iv else None,
+                        f"{column}_ci_high": iv.high if iv else None, f"{column}_min": min(values),
+                        f"{column}_max": max(values), f"_{column}_values": values})
+        rows.append(row)
+    return rows
+
+
+# --------------------------------------------------------------------------- (d) turns
+
+
+TURN_COLUMNS = ["server", "task", "mode", "concurrency", "rate", "turn", "requests", "ttft_p50", "ttft_p50_ci_low",
+                "ttft_p50_ci_high", "e2e_p50", "e2e_p50_ci_low", "e2e_p50_ci_high"]
+
+
+def turn_rows(run: RunData) -> list[dict]:
+    """Per cell (repeats pooled) and turn index: TTFT and E2E p50 with their intervals."""
+    rows = []
+    for key, cells in run.groups().items():
+        ok = [c for c in cells if c.ok]
+        measured = [r for c in ok for r in c.measured]
+        turns = sorted({r.turn for r in measured if r.turn is not None})
+        if not turns:
+            continue
+        server, task, mode, concurrency, rate, phase = key
+        for turn in turns:
+            mine = [r for r in measured if r.turn == turn]
+            found = cell_intervals(Requests(mine, 0.0), ("turn", turn) + key)
+            row = {"server": server, "task": task, "mode": mode, "concurrency": concurrency, "rate": rate,
+                   "phase": phase, "turn": turn, "requests": len(mine), "_iv": found}
+            for column in ("ttft_p50", "e2e_p50"):
+                iv = found.get(column)
+                row[column] = iv.value if iv else None
+                row[f"{column}_ci_low"], row[f"{column}_ci_high"] = (iv.low, iv.high) if iv else (None, None)
+            rows.append(row)
+    return rows
+
+
+# --------------------------------------------------------------------------- (e) server-side metrics
+
+
+def client_rate(results, t0: float, width: float) -> tuple[list[float], list[float]]:
+    """Output tokens/s seen by the client in buckets of ``width`` s (a stream's tokens when they arrived)."""
+    times, weights = [], []
+    for r in results:
+        if not r.success or r.warmup:
+            continue
+        if r.mode == "stream" and r.token_offsets:
+            per_chunk = (r.output_tokens or len(r.token_offsets)) / len(r.token_offsets)
+            times += [r.start_time + o for o in r.token_offsets]
+            weights += [per_chunk] * len(r.token_offsets)
+        elif r.output_tokens:
+            times.append(r.start_time + r.end_offset)
+            weights.append(float(r.output_tokens))
+    if not times:
+        return [], []
+    t = np.asarray(times) - t0
+    edges = np.arange(0.0, max(t.max(), width) + width, width)
+    counts, _ = np.histogram(t, bins=edges, weights=weights)
+    return list(edges[:-1] + width / 2), list(counts / width)
+
+
+def server_series(run: RunData) -> list[dict]:
+    """Per ok cell whose monitor holds server-side metrics: those columns over time, and the client's tok/s."""
+    out = []
+    for data in run.cells:
+        frame = data.monitor
+        if not data.ok or frame is None or not len(frame):
+            continue
+        present = [c for c in SERVER_SERIES if c in frame.columns and frame[c].notna().any()]
+        if not present:
+            continue
+        starts = [r.start_time for r in data.measured]
+        t0 = min([float(frame["timestamp"].min())] + starts)
+        span = max(float(frame["timestamp"].max()) - t0, 1.0)
+        width = max(0.5, span / 60.0)
+        client_t, client_tok_s = client_rate(data.results, t0, width)
+        cell = data.cell
+        out.append({"server": cell.server, "task": cell.task, "mode": cell.mode, "concurrency": cell.concurrency,
+                    "rate": cell.rate, "repeat": cell.repeat, "phase": cell.phase,
+                    "t": list(frame["timestamp"].astype(float) - t0),
+                    "series": {c: [None if v != v else float(v) for v in frame[c]] for c in present},
+                    "client_t": client_t, "client_tok_s": client_tok_s})
+    return out
+
+
+# --------------------------------------------------------------------------- (f) prefix caching
+
+
+PREFIX_COLUMNS = ["mode", "concurrency", "rate", "metric", "off", "off_ci_low", "off_ci_high", "on", "on_ci_low",
+                  "on_ci_high", "ratio", "ci_low", "ci_high", "significant", "method"]
+
+
+def prefix_rows(groups: list[dict], noise: float = CELL_NOISE) -> list[dict]:
+    """TTFT p50/p99 with the prefix cache off (``vllm``) and on (``vllm-prefix-cache``) on the prefix task,
+    and off / on with its paired interval."""
+    def point(r):
+        return (r["mode"], r["concurrency"], r.get("rate"), r.get("phase"))
+
+    on = {point(r): r for r in groups if r["server"] == PREFIX_ON and r["task"] == PREFIX_TASK
+          and r["status"] == "ok"}
+    rows = []
+    for off in groups:
+        if off["server"] != PREFIX_OFF or off["task"] != PREFIX_TASK or off["status"] != "ok":
+            continue
+        cached = on.get(point(off))
+        if cached is None:
+            continue
+        found = ratio_intervals(off["_requests"], cached["_requests"], ("ttft_p50", "ttft_p99"),
+                                ("prefix",) + point(off), noise, off["_cells"], cached["_cells"])
+        for column in ("ttft_p50", "ttft_p99"):
+            if column not in found:
+                continue
+            iv, method = found[column]
+            a, b = off.get("_iv", {}).get(column), cached.get("_iv", {}).get(column)
+            rows.append({"mode": off["mode"], "concurrency": off["concurrency"], "rate": off.get("rate"),
+                         "metric": column, "off": off.get(column), "off_ci_low": a.low if a else None,
+                         "off_ci_high": a.high if a else None, "on": cached.get(column),
+                         "on_ci_low": b.low if b else None, "on_ci_high": b.high if b else None,
+                         "ratio": iv.value if iv.value is not None else ratio(off.get(column), cached.get(column)),
+                         "ci_low": iv.low, "ci_high": iv.high, "significant": iv.significant, "method": method,
+                         "_iv": iv, "_off": off, "_on": cached})
+    return rows

@@ -1,0 +1,145 @@
+"""The report's sections on scripted run folders: open loop and SLO, capacity, repeats, turns, server metrics,
+prefix caching."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from llmload.core.metrics import column_title, summarize
+from llmload.core.rawlog import read_results
+from llmload.core.runfiles import read_cells
+from reports.merge import merge_run
+from report_helpers import ScriptedRun, closed_loop, monitor_rows, open_loop, read_csv
+
+
+def merged(run: ScriptedRun, out, **kw) -> str:
+    return merge_run(run.path, out, use_tokenizer=False, **kw).read_text()
+
+
+def test_open_loop_slo_columns_warmup_excluded_and_lag_warning(tmp_path):
+    run = ScriptedRun(tmp_path / "run", {"slo": {"ttft": 100.0}})
+    # 40 requests at 4 req/s after 3 warm-up requests; TTFT 50 ms, or 150 ms for every fourth (misses the SLO)
+    ok = open_loop(4.0, 40, 0.05, lag=0.001, slo_ttft=0.1, warmup=3)
+    for r in ok[3::4]:
+        r.token_offsets = [o + 0.1 for o in r.token_offsets]
+        r.slo_ok = False
+    run.add("basic", "qa", "stream", 8, ok, rate=4.0)
+    run.add("basic", "qa", "stream", 8, open_loop(8.0, 40, 0.05, lag=0.02, slo_ttft=0.1, t0=3000.0), rate=8.0)
+    md = merged(run, tmp_path / "r")
+    rows = {r["rate"]: r for r in read_csv(tmp_path / "r" / "summary.csv")}
+    slow = rows["4.0"]
+    measured = [r for r in ok if not r.warmup]
+    assert int(slow["requests"]) == 40  # the 3 warm-up requests are not counted
+    met = sum(bool(r.slo_ok) for r in measured)
+    assert float(slow["slo_attainment"]) == pytest.approx(100.0 * met / 40)
+    assert float(slow["goodput"]) == pytest.approx(summarize(ok).goodput)
+    assert float(slow["ttft_mean"]) < 1.0 and float(slow["dispatch_lag_max"]) < 0.01  # no warm-up value in any
+    assert float(slow["dispatch_lag_p99"]) == pytest.approx(0.001, abs=1e-6)
+    assert float(slow["slo_attainment_ci_low"]) <= float(slow["slo_attainment"]) <= float(slow["slo_attainment_ci_high"])
+    header = next(line for line in md.splitlines() if line.startswith("| server"))
+    for column in ("dispatch_lag_p99", "slo_attainment", "goodput"):
+        assert column_title(column) in header
+    warnings = [line for line in md.splitlines() if line.startswith("- warning:")]
+    assert warnings == ["- warning: basic qa stream r8/s: dispatch lag p99 20.0 ms > 5 ms: the load generator fell "
+                        "behind its schedule (the *_sched latencies include the lag)"]
+
+
+def capacity_entry(server, capacity, bracket, steps):
+    return {"server": server, "task": "qa", "mode": "stream", "slo": {"ttft": 1000.0}, "slo_target": 99.0,
+            "capacity_rps": capacity, "bracket": bracket, "saturation_rps": bracket[1] * 1.5,
+            "steps": [{"rate": r, "attainment": a, "goodput": g, "lag_p99_ms": 1.0, "prefix": ""}
+                      for r, a, g in steps]}
+
+
+def test_capacity_table_ratio_sentence_and_the_knee_plots(tmp_path):
+    run = ScriptedRun(tmp_path / "run", {"baseline": "vllm"})
+    for server, knee in (("vllm", 8.0), ("basic-naive", 2.0)):
+        for rate in (1.0, 2.0, 4.0, 8.0):
+            slow = max(1.0, rate / knee) ** 3  # latency grows past the knee
+            run.add(server, "qa", "stream", 16, open_loop(rate, 20, 0.05 * slow, t0=1000.0 * rate), rate=rate,
+                    phase="sweep")
+    with (run.path / "capacity.jsonl").open("w") as out:
+        out.write(json.dumps(capacity_entry("vllm", 8.0, [8.0, 10.0], [(4, 100, 4), (8, 99.5, 7.9), (10, 90, 8)]))
+                  + "\n")
+        out.write(json.dumps(capacity_entry("basic-naive", 2.0, [2.0, 2.5], [(2, 100, 2), (2.5, 80, 2)])) + "\n")
+    md = merged(run, tmp_path / "r")
+    assert "## Capacity at SLO" in md and "## Sweep and capacity cells" in md
+    assert ("- qa stream: vllm holds 4x [3.2, 5] the rate of basic-naive within ttft<=1000ms (significant)"
+            in md)
+    capacity = {r["server"]: r for r in read_csv(tmp_path / "r" / "capacity.csv")}
+    assert capacity["vllm"]["capacity_rps"] == "8.0" and capacity["basic-naive"]["bracket_high"] == "2.5"
+    (cap_ratio,) = [r for r in read_csv(tmp_path / "r" / "ratios.csv") if r["metric"] == "capacity_rps"]
+    assert cap_ratio["ratio"] == "vllm / basic-naive" and float(cap_ratio["value"]) == 4.0
+    for name in ("knee_qa.png", "goodput_qa.png"):
+        assert (tmp_path / "r" / name).stat().st_size > 1000 and f"]({name})" in md
+
+
+def test_repeats_show_their_spread(tmp_path):
+    run = ScriptedRun(tmp_path / "run")
+    for repeat, ttft in enumerate((0.05, 0.06, 0.055)):
+        run.add("basic", "qa", "stream", 2, closed_loop([ttft] * 12, 2, prompts=12, t0=1000.0 + 50 * repeat),
+                repeat=repeat)
+    md = merged(run, tmp_path / "r")
+    (row,) = read_csv(tmp_path / "r" / "repeats.csv")
+    per_repeat = [summarize(read_results(c.files(run.path).raw_log)).output_token_throughput
+                  for c in read_cells(run.path)]
+    assert row["repeats"] == "3"
+    assert float(row["output_token_throughput_min"]) == pytest.approx(min(per_repeat))
+    assert float(row["output_token_throughput_max"]) == pytest.approx(max(per_repeat))
+    assert float(row["output_token_throughput_mean"]) == pytest.approx(np.mean(per_repeat))
+    assert float(row["output_token_throughput_ci_low"]) < min(per_repeat)
+    assert "## Repeats" in md and f"max {max(per_repeat):.0f}" in md
+
+
+def test_multi_turn_metrics_by_turn(tmp_path):
+    run = ScriptedRun(tmp_path / "run")
+    results = []
+    for turn, ttft in enumerate((0.05, 0.10, 0.20)):
+        for r in closed_loop([ttft] * 12, 1, prompts=12, t0=1000.0 + 100 * turn):
+            r.turn = turn
+            r.request_id += f"-t{turn}"
+            results.append(r)
+    run.add("basic", "chat", "stream", 1, results)
+    md = merged(run, tmp_path / "r")
+    turns = read_csv(tmp_path / "r" / "turns.csv")
+    assert [(t["turn"], t["requests"]) for t in turns] == [("0", "12"), ("1", "12"), ("2", "12")]
+    assert [round(float(t["ttft_p50"]), 3) for t in turns] == [0.05, 0.1, 0.2]
+    assert all(t["ttft_p50_ci_low"] != "" for t in turns)
+    assert "## Multi-turn conversations" in md and (tmp_path / "r" / "turns_chat.png").stat().st_size > 1000
+
+
+def test_server_side_metrics_are_plotted_and_their_peaks_summarised(tmp_path):
+    run = ScriptedRun(tmp_path / "run")
+    results = closed_loop([0.05] * 30, 4, prompts=15, t0=1000.0)
+    run.add("vllm", "qa", "stream", 4, results,
+            monitor=monitor_rows(1000.0, 4, running=lambda t: min(4, int(t * 2)), waiting=lambda t: 1 if t < 1 else 0,
+                                 kv=lambda t: 10.0 * t, hit=lambda t: 50.0))
+    run.add("vllm", "qa", "stream", 1, closed_loop([0.05] * 12, 1, t0=2000.0))  # no monitor: no series
+    md = merged(run, tmp_path / "r")
+    rows = read_csv(tmp_path / "r" / "summary.csv")
+    assert float(rows[0]["peak_server_running"]) == 4 and float(rows[0]["peak_server_waiting"]) == 1
+    assert float(rows[0]["peak_server_kv_cache_pct"]) == pytest.approx(35.0)
+    assert float(rows[0]["mean_server_prefix_cache_hit_pct"]) == 50.0
+    header = next(line for line in md.splitlines() if line.startswith("| server"))
+    assert "peak server running" in header and "mean server prefix cache hit %" in header
+    assert (tmp_path / "r" / "server_vllm_qa.png").stat().st_size > 1000 and "](server_vllm_qa.png)" in md
+
+
+def test_prefix_cache_off_against_on(tmp_path):
+    run = ScriptedRun(tmp_path / "run")
+    rng = np.random.default_rng(1)
+    for server, ttft in (("vllm", 0.2), ("vllm-prefix-cache", 0.05)):
+        run.add(server, "prefix", "stream", 2, closed_loop(ttft * rng.uniform(0.9, 1.1, 24), 2, task="prefix",
+                                                           prompts=12))
+    run.add("vllm", "qa", "stream", 2, closed_loop([0.1] * 12, 2))  # another task: not in the section
+    md = merged(run, tmp_path / "r")
+    rows = {r["metric"]: r for r in read_csv(tmp_path / "r" / "prefix_cache.csv")}
+    assert set(rows) == {"ttft_p50", "ttft_p99"}
+    p50 = rows["ttft_p50"]
+    assert 3.3 < float(p50["ratio"]) < 4.7 and p50["significant"] == "True" and p50["method"] == "paired"
+    assert float(p50["off"]) > float(p50["on"])
+    assert rows["ttft_p99"]["significant"] == ""  # 24 requests: too few for a p99
+    assert "## Prefix caching (prefix task)" in md
