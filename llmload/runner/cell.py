@@ -42,17 +42,17 @@ POLL_S = 0.1
 
 @dataclass(frozen=True)
 class LoadOptions:
-    """What every cell of a run asks for (from the command line)."""
+    """What every cell of a run asks for (from the command line: the defaults live in :mod:`.options`)."""
 
-    api: str = "chat"
-    requests: int = 8
-    max_tokens: int = 32  # 0: each prompt's own budget
-    warmup: int = 0
-    arrival: str = "poisson"
-    burstiness: float | None = None
-    seed: int = 0
-    slo: SLO | None = None
-    cell_timeout: float = 600.0
+    api: str
+    requests: int
+    max_tokens: int  # 0: each prompt's own budget
+    warmup: int
+    arrival: str
+    burstiness: float | None
+    seed: int
+    slo: SLO | None
+    cell_timeout: float
     monitor_interval: float = 0.5
 
     def requests_for(self, cell: Cell) -> int:
@@ -138,7 +138,8 @@ class CellRunner:
             append_cell(self.run_dir, cell)
             started = time.monotonic()
             try:
-                monitor = start_monitor(files.monitor, server_pid=target.pid, interval=self.options.monitor_interval)
+                monitor = start_monitor(files.monitor, server_pid=target.pid, interval=self.options.monitor_interval,
+                                        metrics_url=target.metrics_url)
             except (MonitorError, OSError) as exc:
                 cell.status, cell.error = "failed", f"resource monitor did not start: {exc}"
                 append_cell(self.run_dir, cell)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import inspect
 import shlex
 import sys
 import time
@@ -158,9 +157,8 @@ class Runner:
     def report(self) -> int:
         """Merge the run folder into ``report/``; 0, or 1 when the merge failed (the measurements stay)."""
         baseline = self.args.baseline if self.args.baseline in self.recorded_servers else None  # None: run.json's
-        kwargs = {"baseline": baseline} if baseline and "baseline" in inspect.signature(merge_run).parameters else {}
         try:
-            path = merge_run(self.run_dir, **kwargs)
+            path = merge_run(self.run_dir, baseline=baseline)
         except Exception as exc:  # noqa: BLE001 - the run's files are kept; say why and how to retry
             print(f"report failed: {type(exc).__name__}: {exc} (retry: python -m reports.merge {self.run_dir})",
                   file=sys.stderr, flush=True)

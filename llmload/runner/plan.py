@@ -37,17 +37,17 @@ def cell_prefix(server: str, task: str, mode: str, concurrency: int, rate: float
 
 @dataclass(frozen=True)
 class Plan:
-    """The load levels of a run, the same for every server."""
+    """The load levels of a run, the same for every server (from the command line: :meth:`from_args`)."""
 
     tasks: tuple[str, ...]
     modes: tuple[str, ...]
-    concurrency: tuple[int, ...] = ()
-    rates: tuple[float, ...] = ()
-    repeat: int = 1
-    pool: int = 8
-    sweep: int = 0  # rates in the sweep (0: no sweep)
-    find_capacity: bool = False
-    capacity_steps: int = 6
+    concurrency: tuple[int, ...]
+    rates: tuple[float, ...]
+    repeat: int
+    pool: int
+    sweep: int  # rates in the sweep (0: no sweep)
+    find_capacity: bool
+    capacity_steps: int
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> "Plan":

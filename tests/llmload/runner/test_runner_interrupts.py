@@ -10,6 +10,7 @@ import pytest
 from llmload.core.rawlog import read_results
 from llmload.core.runfiles import read_cells
 from llmload.runner.interrupts import Interrupted, StopSignal
+from monitors.sampler import peak_usage, read_monitor
 from runner_helpers import (SIGNALS, cell_records, descendants, line_count, locust_count, make_data, send,
                             start_runner, stop_leftovers, wait_for)
 
@@ -57,6 +58,8 @@ def test_a_signal_during_a_cell_stops_locust_then_the_server(tmp_path, name, gro
         [r.error for r in results]
     assert not any("refused" in r.error for r in results)
     assert locust_count(run_dir / "mock" / "qa_stream_c2_stats.csv") == len(results)
+    # the monitor beside the cell scraped the server's /metrics: two requests running
+    assert peak_usage(read_monitor(run_dir / "mock" / "qa_stream_c2_monitor.csv"))["peak_server_running"] == 2
     locust_log = (run_dir / "mock" / "qa_stream_c2_locust.log").read_text()
     assert "Traceback" not in locust_log and "refused" not in locust_log
     # a partial report is made from what was measured

@@ -98,8 +98,8 @@ def test_plan_cells_prefixes_and_counts():
 
 
 def test_locust_command_of_closed_and_open_cells(tmp_path):
-    options = LoadOptions(requests=10, max_tokens=6, warmup=2, arrival="gamma", burstiness=0.5, seed=7,
-                          slo=SLO(ttft=0.5, e2e=4.0))
+    options = LoadOptions(api="chat", requests=10, max_tokens=6, warmup=2, arrival="gamma", burstiness=0.5, seed=7,
+                          slo=SLO(ttft=0.5, e2e=4.0), cell_timeout=60.0)
     runner = CellRunner(tmp_path, options, {"qa": tmp_path / "qa.jsonl"}, flags=frozenset({"--slo"}))
     closed = runner.command(Cell("s", "qa", "stream", 12, "s/qa_stream_c12"), "http://127.0.0.1:1")
     assert closed[closed.index("-u") + 1] == "12" and closed[closed.index("--requests") + 1] == "12"
