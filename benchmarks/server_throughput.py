@@ -47,7 +47,7 @@ from pathlib import Path
 import gevent
 from geventhttpclient.client import HTTPClientPool
 
-from llmload.core.cliargs import int_list, non_negative_int, positive_float, positive_int
+from llmload.core.cliargs import OneLineParser, int_list, non_negative_int, positive_float, positive_int
 from llmload.core.client import LLMClient
 from llmload.core.metrics import RequestResult, RunSummary, ratio, summarize
 from llmload.core.model_store import ModelNotAvailable, resolve_model, served_model_name
@@ -57,7 +57,7 @@ from llmload.core.services import ServiceError
 from llmload.core.tables import render
 from llmload.core.transport import HTTPTransport, TransportError
 from llmload.core.wire import GenerationParams, WireError
-from llmload.targets import DEFAULT_BASELINE, Target, TargetSettings, get_kind, parse_targets, start_target
+from llmload.targets import DEFAULT_BASELINE, Target, TargetSettings, get_kind, start_target, targets_type
 from monitors.sampler import peak_usage, read_monitor, start_monitor
 from server.settings import DTYPES
 
@@ -277,20 +277,6 @@ def goal_verdicts(rows: list[dict], baseline: str | None) -> list[str]:
 # --------------------------------------------------------------------------- command line
 
 
-class OneLineParser(argparse.ArgumentParser):
-    """Errors as one ``error: ...`` line, exit code 2."""
-
-    def error(self, message: str):
-        self.exit(2, f"error: {message}\n")
-
-
-def targets_type(text: str) -> list[Target]:
-    try:
-        return parse_targets(text)
-    except ServiceError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="python -m benchmarks.server_throughput",
                       description="Output tokens/s and TTFT p50 of naive, batched and vLLM side by side.")
@@ -349,7 +335,7 @@ def load_prompts(path: Path | None) -> tuple[PromptRecord, ...]:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    targets = args.servers or parse_targets(DEFAULT_SERVERS)
+    targets = args.servers or targets_type(DEFAULT_SERVERS)
     names = [t.name for t in targets]
     if args.baseline is not None and args.baseline not in names:
         parser.error(f"--baseline {args.baseline} is not among --servers ({', '.join(names)})")

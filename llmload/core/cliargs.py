@@ -7,7 +7,15 @@ which argparse turns into ``error: argument --x: <message>`` and exit code 2.
 from __future__ import annotations
 
 import argparse
+import re
 from typing import Callable, Sequence
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one ``error: ...`` line (no usage block), exit code 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message}\n")
 
 
 def number(kind: type, minimum: float, inclusive: bool = True, what: str | None = None) -> Callable[[str], float]:
@@ -69,3 +77,37 @@ def choice_list(allowed: Sequence[str], what: str = "names") -> Callable[[str], 
 
 int_list = comma_list(positive_int, "positive integers")
 float_list = comma_list(positive_float, "positive numbers")
+
+
+_DURATION = re.compile(r"^([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)(ms|s|m|h)?$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str, unit: str = "s") -> float:
+    """``90``, ``500ms``, ``0.5s``, ``2m``, ``1h`` as seconds (a bare number is in ``unit``); ValueError if not > 0."""
+    match = _DURATION.match(text.strip().lower())
+    if not match or float(match.group(1)) <= 0 or float(match.group(1)) == float("inf"):
+        raise ValueError(f"{text!r} is not a duration > 0 (a number of {unit}, or with a unit: 500ms, 0.5s, 2m)")
+    return float(match.group(1)) * _UNITS[match.group(2) or unit]
+
+
+def duration(unit: str = "s") -> Callable[[str], float]:
+    """A type for a duration in seconds; a bare number counts in ``unit``."""
+
+    def parse(text: str) -> float:
+        try:
+            return parse_duration(text, unit)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
+
+
+def slo(text: str):
+    """``--slo ttft=500,tpot=50,e2e=4000``: an :class:`~llmload.core.metrics.SLO` (ms, or 500ms / 0.5s)."""
+    from llmload.core.metrics import SLO  # metrics imports numpy and ddsketch: only for commands with --slo
+
+    try:
+        return SLO.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{exc} (e.g. ttft=500,e2e=4000)") from None

@@ -39,6 +39,8 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 from ddsketch import DDSketch
 
+from llmload.core.cliargs import parse_duration
+
 MODES = ("sync", "stream")
 APIS = ("completion", "chat")
 
@@ -164,16 +166,9 @@ class SLO:
                 raise ValueError(f"{item!r} is not KEY=MS with KEY one of {', '.join(cls.KEYS)}")
             if key in targets:
                 raise ValueError(f"{key} is given twice")
-            scale, number = 0.001, value
-            if value.endswith("ms"):
-                number = value[:-2]
-            elif value.endswith("s"):
-                scale, number = 1.0, value[:-1]
             try:
-                seconds = float(number) * scale
+                seconds = parse_duration(value, "ms")
             except ValueError:
-                seconds = float("nan")
-            if not seconds > 0 or seconds == float("inf"):
                 raise ValueError(f"{key}={value!r}: a target is a positive number of milliseconds (or 0.5s, 500ms)")
             targets[key] = seconds
         if not targets:

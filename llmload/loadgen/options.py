@@ -10,11 +10,11 @@ master's values are sent to the workers by Locust, so options go to the master.
 from __future__ import annotations
 
 import argparse
-import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from llmload.core.cliargs import non_negative_float, non_negative_int, positive_float
+from llmload.core.cliargs import duration, non_negative_float, non_negative_int, positive_float
+from llmload.core.cliargs import slo as slo_type
 from llmload.core.metrics import APIS, MODES, SLO
 from llmload.core.paths import dataset_path
 from llmload.core.wire import GenerationParams
@@ -27,23 +27,7 @@ class SettingsError(ValueError):
     """A combination of options that cannot work (the message is one line)."""
 
 
-def slo_type(text: str) -> SLO:
-    """``--slo ttft=500,tpot=50,e2e=4000`` (milliseconds, or with an ``ms``/``s`` suffix)."""
-    try:
-        return SLO.parse(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
-
-
-def duration_s(text: str) -> float:
-    """``90``, ``90s``, ``2m``, ``1.5h``: seconds."""
-    match = _DURATION.match(text.strip().lower())
-    if not match or float(match.group(1)) <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (e.g. 30s, 2m, 1h)")
-    return float(match.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[match.group(2)]
+seconds = duration("s")
 
 
 def stages_type(text: str) -> tuple[tuple[float, int], ...]:
@@ -57,7 +41,7 @@ def stages_type(text: str) -> tuple[tuple[float, int], ...]:
             count = -1
         if not sep or count < 0:
             raise argparse.ArgumentTypeError(f"{item!r} is not DURATION:USERS (e.g. 30s:4,60s:16)")
-        stages.append((duration_s(length), count))
+        stages.append((seconds(length), count))
     if not stages:
         raise argparse.ArgumentTypeError("no stage given: use DURATION:USERS,... (e.g. 30s:4,60s:16)")
     return tuple(stages)
@@ -67,7 +51,7 @@ def ramp_type(text: str) -> tuple[tuple[float, int], ...]:
     """``--ramp 1:32:120s``: users from 1 to 32 in equal steps over 120 s (as stages of about 5 s each)."""
     parts = text.split(":")
     try:
-        first, last, length = int(parts[0]), int(parts[1]), duration_s(parts[2])
+        first, last, length = int(parts[0]), int(parts[1]), seconds(parts[2])
         if len(parts) != 3 or first < 0 or last < 0:
             raise ValueError
     except (ValueError, IndexError, argparse.ArgumentTypeError):

@@ -9,23 +9,21 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import re
 from pathlib import Path
 
-from llmload.core.cliargs import (choice_list, float_list, int_list, non_negative_float, non_negative_int,
-                                  number, positive_float, positive_int)
+from llmload.core.cliargs import (OneLineParser, choice_list, duration, float_list, int_list, non_negative_float,
+                                  non_negative_int, number, positive_float, positive_int)
+from llmload.core.cliargs import slo as slo_type
 from llmload.core.metrics import APIS, MODES, SLO
-from llmload.core.services import ServiceError
 from llmload.runner.tasks import default_tasks, names as task_names
-from llmload.targets import DEFAULT_BASELINE, KINDS, parse_targets
+from llmload.loadgen.options import ARRIVALS
+from llmload.targets import DEFAULT_BASELINE, KINDS, targets_type
 from server.settings import DTYPES
 
 #: The full comparison (``make compare``); ``--quick`` replaces some of it with :data:`QUICK`.
 FULL = dict(servers="basic-naive,basic-batched,vllm", tasks=None, modes=list(MODES),  # tasks: the registry's default
             concurrency=[1, 2, 4, 8], requests=8, max_tokens=32)
 QUICK = dict(tasks=["chat", "qa"], concurrency=[1, 4], requests=4, max_tokens=16)
-#: How open-loop cells space their requests (the load generator's ``--arrival``).
-ARRIVALS = ("constant", "poisson", "gamma")
 DEFAULT_ARRIVAL = "poisson"
 DEFAULT_SLO_TARGET = 99.0
 DEFAULT_MAX_LAG_S = 0.5
@@ -33,39 +31,6 @@ DEFAULT_CAPACITY_STEPS = 6
 #: Seconds Locust gets to finish its users' requests once asked to stop (its ``--stop-timeout``).
 LOCUST_STOP_TIMEOUT_S = 10
 SLO_KEYS = SLO.KEYS
-_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s)?\s*$")
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are one ``error: ...`` line (no usage block), exit code 2."""
-
-    def error(self, message: str):
-        self.exit(2, f"error: {message}\n")
-
-
-def duration_ms(text: str) -> float:
-    """``500``, ``500ms`` or ``0.5s`` -> seconds (a bare number is milliseconds); > 0."""
-    match = _DURATION.match(text)
-    if not match or float(match.group(1)) <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration > 0 (milliseconds, or with a unit: 500ms, 0.5s)")
-    value = float(match.group(1))
-    return value if match.group(2) == "s" else value / 1000.0
-
-
-def slo_type(text: str) -> SLO:
-    """``--slo``: ``ttft=500,e2e=4000`` (ms; ``500ms`` and ``0.5s`` too), by :meth:`SLO.parse`."""
-    try:
-        return SLO.parse(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"{exc} (e.g. ttft=500,e2e=4000)") from None
-
-
-def targets_type(text: str):
-    """``--servers``: kinds and NAME=URL / NAME=KIND items (:func:`llmload.targets.parse_targets`)."""
-    try:
-        return parse_targets(text)
-    except ServiceError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 percent = number(float, 0.0, inclusive=False, what="a percentage > 0 and <= 100")
@@ -148,7 +113,7 @@ def build_parser() -> OneLineParser:
                            "500ms, 0.5s), e.g. ttft=500,e2e=4000; open-loop latencies count from the intended start")
     load.add_argument("--slo-target", type=percent_type, default=DEFAULT_SLO_TARGET, metavar="PCT",
                       help="share of requests that must meet --slo for a rate to hold (default: %(default)s %%)")
-    load.add_argument("--max-lag", type=duration_ms, default=DEFAULT_MAX_LAG_S, metavar="MS",
+    load.add_argument("--max-lag", type=duration("ms"), default=DEFAULT_MAX_LAG_S, metavar="MS",
                       help=f"dispatch lag p99 above which a capacity step fails: the load generator could not keep "
                            f"the schedule (default: {DEFAULT_MAX_LAG_S * 1000:g} ms)")
     load.add_argument("--pool", type=positive_int, default=None, metavar="N",

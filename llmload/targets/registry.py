@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 from llmload.core.services import ServiceError
 from llmload.targets.base import Target, TargetKind
 from llmload.targets.basic import BasicServer
@@ -66,3 +68,11 @@ def parse_targets(text: str) -> list[Target]:
     if len(set(names)) != len(names):
         raise ServiceError(f"--servers names must be unique (got {text})")
     return targets
+
+
+def targets_type(text: str) -> list[Target]:
+    """An argparse type for ``--servers`` (:func:`parse_targets`)."""
+    try:
+        return parse_targets(text)
+    except ServiceError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
