@@ -14,7 +14,6 @@ DATA_DIR = Path(os.environ.get("LLMLOAD_DATA_DIR", REPO_ROOT / "datasets" / "dat
 #: One folder per experiment run (``LLMLOAD_RESULTS_DIR`` overrides).
 RESULTS_DIR = Path(os.environ.get("LLMLOAD_RESULTS_DIR", REPO_ROOT / "results"))
 
-TASKS = ("chat", "summarization", "qa", "code")
 
 
 def dataset_path(task: str, data_dir: Path | None = None) -> Path:

@@ -29,7 +29,7 @@ from llmload.core.rawlog import read_results
 from llmload.core.runfiles import Cell, CellFiles, append_cell
 from llmload.runner.interrupts import StopSignal
 from llmload.runner.options import LOCUST_STOP_TIMEOUT_S
-from llmload.runner.tasks import locustfile
+from llmload.tasks import get_task
 from llmload.targets import RunningTarget
 from monitors.sampler import MonitorError, start_monitor
 
@@ -108,7 +108,7 @@ class CellRunner:
         """The Locust command line of ``cell`` against ``base_url``."""
         o = self.options
         users = cell.concurrency
-        cmd = [sys.executable, "-m", "locust", "-f", str(locustfile(cell.task)), "--headless",
+        cmd = [sys.executable, "-m", "locust", "-f", str(get_task(cell.task).locustfile), "--headless",
                "-u", str(users), "-r", str(users), "-H", base_url, "--csv", str(self.run_dir / cell.prefix),
                "--only-summary", "--loglevel", "WARNING", "-t", f"{int(o.cell_timeout)}s",
                "--stop-timeout", str(LOCUST_STOP_TIMEOUT_S), "--mode", cell.mode, "--api", o.api,

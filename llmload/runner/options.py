@@ -15,7 +15,7 @@ from llmload.core.cliargs import (OneLineParser, choice_list, duration, float_li
                                   non_negative_int, number, positive_float, positive_int)
 from llmload.core.cliargs import slo as slo_type
 from llmload.core.metrics import APIS, MODES, SLO
-from llmload.runner.tasks import default_tasks, names as task_names
+from llmload.tasks import default_task_names, task_names
 from llmload.loadgen.options import ARRIVALS
 from llmload.targets import DEFAULT_BASELINE, KINDS, targets_type
 from server.settings import DTYPES
@@ -49,7 +49,7 @@ def build_parser() -> OneLineParser:
         prog="python -m llmload.runner",
         description="Run the comparison matrix (servers x tasks x modes x load levels) with Locust and the resource "
                     "monitor, then merge the results into a report. Defaults: the embedded model, "
-                    f"{FULL['servers']}, the tasks {','.join(default_tasks())}, sync and stream, concurrency "
+                    f"{FULL['servers']}, the tasks {','.join(list(default_task_names()))}, sync and stream, concurrency "
                     f"{','.join(map(str, FULL['concurrency']))}, {FULL['requests']} requests of {FULL['max_tokens']} "
                     "tokens per cell. See docs/runner.md.",
         epilog="Progress: one line per cell, '[done/total] server task mode level: figures (cell seconds); about N "
@@ -70,7 +70,7 @@ def build_parser() -> OneLineParser:
                         help=f"the server every ratio is taken against, baseline / server (default: "
                              f"{DEFAULT_BASELINE}, when it is among --servers)")
     matrix.add_argument("--tasks", type=choice_list(task_names(), "tasks"), default=None, metavar="LIST",
-                        help=f"comma list of {', '.join(task_names())} (default: {','.join(default_tasks())})")
+                        help=f"comma list of {', '.join(task_names())} (default: {','.join(list(default_task_names()))})")
     matrix.add_argument("--modes", type=choice_list(MODES, "modes"), default=None, metavar="LIST",
                         help="comma list of sync, stream (default: both)")
     matrix.add_argument("--concurrency", "--parallel", dest="concurrency", type=int_list, default=None,
@@ -186,7 +186,7 @@ def resolve(args: argparse.Namespace, parser: argparse.ArgumentParser | None = N
     profile = {**FULL, **(QUICK if args.quick else {})}
     if args.concurrency is None and open_loop(args):
         profile["concurrency"] = []  # rates, sweeps and searches replace the default closed-loop levels
-    profile["tasks"] = profile["tasks"] or default_tasks()
+    profile["tasks"] = profile["tasks"] or list(default_task_names())
     for key, value in profile.items():
         if getattr(args, key) is None:
             setattr(args, key, targets_type(value) if key == "servers" else value)
