@@ -1,1 +1,2 @@
-"""Reports: merge a run's result files into tables and plots (``python -m reports.merge RUN_DIR``)."""
+"""Reports: a run folder into tables and plots (``python -m reports.merge RUN_DIR``), two runs compared
+(``python -m reports.compare RUN_A RUN_B``)."""

@@ -164,6 +164,9 @@ def main(argv: list[str] | None = None) -> int:
     except ReportError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # an output folder that cannot be written
+        print(f"error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     print(path)
     return 0
 

@@ -134,12 +134,13 @@ def ratio_intervals(top: Requests, bottom: Requests, columns, key: tuple, noise:
     """
     tops, bottoms = top.statistics("prompt"), bottom.statistics("prompt")
     out = {}
+    draws: dict = {}  # one draw of the shared prompt ids for every column
     for column in columns:
         per_top, per_bottom = repeat_values(top_cells, column), repeat_values(bottom_cells, column)
         if per_top and per_bottom:
             out[column] = (repeat_ratio_interval(per_top, per_bottom), "repeats")
         elif column in tops and column in bottoms:
-            iv, paired = ratio_interval(tops[column], bottoms[column], key=("ratio",) + tuple(key) + (column,))
+            iv, paired = ratio_interval(tops[column], bottoms[column], key=("ratio",) + tuple(key), draws=draws)
             out[column] = (widened(iv, noise), "paired" if paired else "unpaired")
     return out
 

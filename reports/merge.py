@@ -4,11 +4,11 @@
 
 Every figure comes from the metric catalogue (:mod:`llmload.core.metrics`:
 ``summarize`` on each cell's raw log, ``ratio`` for every ratio, baseline over
-server), its interval from :mod:`llmload.core.stats` (seeded bootstrap over
-requests, paired bootstrap over prompt ids for ratios, Student's t over
-repeats), resources from :func:`monitors.sampler.peak_usage`. The columns are
-the catalogue's, so a metric added there appears here. Plots draw the merged
-rows only.
+server), its interval from :mod:`llmload.core.stats` (order statistics for
+percentiles, seeded bootstrap over requests for means and throughputs, paired
+bootstrap over prompt ids for ratios, Student's t over repeats), resources from
+:func:`monitors.sampler.peak_usage`. The columns are the catalogue's, so a
+metric added there appears here. Plots draw the merged rows only.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from llmload.core.cliargs import non_negative_float
-from llmload.core.metrics import FIGURES, METRICS, headline_columns, ratio, summary_columns
+from llmload.core.metrics import FIGURES, METRICS, headline_columns, ratio
 from llmload.core.stats import CELL_NOISE, RESAMPLES, SEED, Interval, min_samples, quantile_of
 from llmload.core.tables import render
-from reports.estimates import (Requests, cell_intervals, estimated, pooled_summary, ratio_intervals,
-                               repeat_intervals, requests_of)
+from reports.estimates import (cell_intervals, estimated, pooled_summary, ratio_intervals, repeat_intervals,
+                               requests_of)
 from reports import sections
 from reports.format import number, shown, title
 from reports.run import CellData, ReportError, RunData, describe_key, group_key, load_run, resolve_baseline
@@ -97,12 +97,13 @@ def identity(data: CellData) -> dict:
             "error": data.error, "locust_requests": data.locust_requests}
 
 
-def cell_row(data: CellData, requests: Requests | None = None) -> dict:
+def cell_row(data: CellData) -> dict:
     """One summary row: identity, figures from the raw log with their intervals, resource peaks."""
     row = identity(data)
     row["token_source"] = token_source([data])
+    requests = None
     if data.summary is not None:
-        requests = requests or requests_of([data])
+        requests = requests_of([data])
         row.update(data.summary.flat())
         row.update(requests.counts())
         with_intervals(row, cell_intervals(requests, data.cell.key + (data.cell.phase,)))
@@ -125,6 +126,7 @@ def group_row(key: tuple, cells: list[CellData], rows: dict[int, dict]) -> dict:
                 "locust_requests": sum(c.locust_requests or 0 for c in ok)})
     requests = requests_of(ok)
     row.update(pooled_summary(ok).flat())
+    row["duration_s"] = sum(c.summary.duration_s for c in ok)  # the repeats' wall times, not the span between
     row.update(requests.counts())
     with_intervals(row, cell_intervals(requests, ("group",) + key))
     for column, iv in repeat_intervals([c.summary for c in ok]).items():
@@ -132,7 +134,8 @@ def group_row(key: tuple, cells: list[CellData], rows: dict[int, dict]) -> dict:
         with_intervals(row, {column: iv})
     for column in ok[0].peaks:
         values = [c.peaks.get(column) for c in ok if c.peaks.get(column) is not None]
-        row[column] = max(values) if values else None
+        pick = (lambda v: sum(v) / len(v)) if column.startswith("mean_") else max
+        row[column] = pick(values) if values else None
     row["_requests"] = requests
     row["_cells"] = [rows[id(c)] for c in ok]
     return row
@@ -283,8 +286,9 @@ def _identity_cell(row: dict, column: str):
 
 
 def summary_table(rows: list[dict], peaks: list[str]) -> str:
-    ident = ["server", "task", "mode", "level"] + (["repeats"] if any((r.get("repeats") or 0) > 1 for r in rows)
-                                                   else []) + ["status"]
+    ident = (["server", "task", "mode", "level"]
+             + (["phase"] if any(r.get("phase") not in ("matrix", None) for r in rows) else [])
+             + (["repeats"] if any((r.get("repeats") or 0) > 1 for r in rows) else []) + ["status"])
     extra = [p for p in peaks if p in MD_PEAKS or ("_server_" in p and not p.endswith("_mib"))]
     columns = present(rows, headline_columns() + extra)
     if any(r.get("token_source") not in ("usage", None) for r in rows):
@@ -334,6 +338,8 @@ def header_lines(report: Report) -> list[str]:
                          f"GPUs: {m.get('gpus') or 'none'}")
         if info.get("versions"):
             lines.append("- versions: " + ", ".join(f"{k} {v}" for k, v in info["versions"].items() if v))
+    if info.get("slo"):
+        lines.append(f"- SLO: {sections.slo_text(info)}")
     lines += [f"- baseline: {report.baseline or 'none (no ratios)'}", ""]
     return lines
 
@@ -511,6 +517,9 @@ def main(argv: list[str] | None = None) -> int:
                             args.cell_noise / 100.0)
     except ReportError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # an output folder that cannot be written
+        print(f"error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     print(summary)
     return 0

@@ -18,7 +18,7 @@ import numpy as np
 from llmload.core.metrics import SLO, ratio
 from llmload.core.stats import CELL_NOISE, Interval
 from reports.estimates import Requests, cell_intervals, ratio_intervals
-from reports.run import CellData, RunData
+from reports.run import RunData
 
 #: Dispatch lag p99 above which a cell's load generator fell behind its schedule.
 LAG_WARN_S = 0.005
@@ -52,8 +52,14 @@ def lag_warnings(groups: list[dict]) -> list[str]:
 
 
 def slo_text(entry: dict) -> str:
-    """``ttft<=1000ms`` of a capacity record's SLO (targets in ms)."""
-    return SLO(**{k: v / 1000.0 for k, v in (entry.get("slo") or {}).items() if k in SLO.KEYS}).describe()
+    """``ttft<=1000ms`` of a record's ``slo`` (targets in ms); any other form as written."""
+    slo = entry.get("slo")
+    if not isinstance(slo, dict):
+        return str(slo) if slo else "none"
+    try:
+        return SLO(**{k: float(v) / 1000.0 for k, v in slo.items() if k in SLO.KEYS and v is not None}).describe()
+    except (TypeError, ValueError):
+        return str(slo)
 
 
 def bracket_ratio(top: dict, bottom: dict) -> Interval:

@@ -42,6 +42,8 @@ MIN_MEAN_SAMPLES = 10
 #: repeats cannot measure it. Between five identical mock runs on the 2-core development machine a figure
 #: varied by 0.4 % (E2E p50) to 5 % (TPOT mean) per cell, throughput 2.4 % (docs/statistics.md).
 CELL_NOISE = 0.03
+#: Samples of at least this many values take their bootstrap percentiles from a window of ranks.
+WINDOW_VALUES = 4096
 #: Values per bootstrap block (``resamples x values``), bounding memory to a few tens of MiB.
 BLOCK = 1 << 21
 
@@ -122,7 +124,8 @@ def resample_counts(units: int, resamples: int, rng: np.random.Generator) -> np.
     """``(resamples, units)`` counts: each row draws ``units`` units with replacement."""
     draws = rng.integers(0, units, size=(resamples, units))
     offsets = (np.arange(resamples) * units)[:, None]
-    return np.bincount((draws + offsets).ravel(), minlength=resamples * units).reshape(resamples, units)
+    counts = np.bincount((draws + offsets).ravel(), minlength=resamples * units).reshape(resamples, units)
+    return counts.astype(np.int32)
 
 
 # --------------------------------------------------------------------------- statistics of weighted samples
@@ -221,10 +224,12 @@ class Statistic:
         return Statistic(self.stat, self.values[mask], self.units[mask],
                          None if self.denominators is None else self.denominators[mask], self.scale)
 
-    def replicates(self, unit_labels: np.ndarray, counts: np.ndarray) -> np.ndarray:
-        """The statistic on each resample: ``counts[b, u]`` draws of unit ``unit_labels[u]`` in row ``b``."""
+    def replicates(self, unit_labels: np.ndarray, counts: np.ndarray, weights: np.ndarray | None = None
+                   ) -> np.ndarray:
+        """The statistic on each resample: ``counts[b, u]`` draws of unit ``unit_labels[u]`` in row ``b``
+        (``weights``: the same counts as floats, when the caller has them)."""
         if self.stat not in ("mean", "rate"):
-            return self.quantile_replicates(unit_labels, counts, [quantile_of(self.stat)])[0]
+            return self.quantile_replicates(unit_labels, counts, [quantile_of(self.stat)], weights)[0]
         column = np.searchsorted(unit_labels, self.units)
         size = unit_labels.size
         numerator = np.bincount(column, weights=self.values, minlength=size)  # per unit: sums
@@ -232,22 +237,77 @@ class Statistic:
             denominator, scale = np.bincount(column, minlength=size).astype(float), 1.0
         else:
             denominator, scale = np.bincount(column, weights=self.denominators, minlength=size), self.scale
-        w = counts.astype(float)  # float: BLAS for the products
+        w = counts.astype(float) if weights is None else weights  # float: BLAS for the products
         top, bottom = w @ numerator, w @ denominator
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.where(bottom > 0, scale * top / bottom, np.nan)
 
-    def quantile_replicates(self, unit_labels: np.ndarray, counts: np.ndarray, qs: Sequence[float]) -> np.ndarray:
-        """``(len(qs), resamples)`` quantiles of ``values`` on each resample (one sort, one cumulative sum)."""
+    def quantile_replicates(self, unit_labels: np.ndarray, counts: np.ndarray, qs: Sequence[float],
+                            weights: np.ndarray | None = None) -> np.ndarray:
+        """``(len(qs), resamples)`` quantiles of ``values`` on each resample (values sorted once).
+
+        Large samples (:data:`WINDOW_VALUES` values or more) go through :func:`windowed_quantile`,
+        which gives the same numbers from a window of ranks around each quantile.
+        """
         order = np.argsort(self.values, kind="stable")
         values = self.values[order]
         column = np.searchsorted(unit_labels, self.units)[order]
         rows = counts.shape[0]
-        step = max(1, BLOCK // max(1, self.n))
         out = np.empty((len(qs), rows))
+        if self.n >= WINDOW_VALUES:
+            weights = counts.astype(float) if weights is None else weights
+            for i, q in enumerate(qs):
+                out[i] = windowed_quantile(values, column, counts, q, weights)
+            return out
+        step = max(1, BLOCK // max(1, self.n))
         for start in range(0, rows, step):
             out[:, start:start + step] = weighted_quantiles(values, counts[start:start + step][:, column], qs)
         return out
+
+
+def windowed_quantile(sorted_values: np.ndarray, column: np.ndarray, counts: np.ndarray, q: float,
+                      weights: np.ndarray | None = None) -> np.ndarray:
+    """:func:`weighted_quantiles` of one ``q`` for unit counts ``counts[b, u]`` (value ``j`` belongs to unit
+    ``column[j]``), from the ranks near ``q`` only.
+
+    Each row's weight below the window is one product with the units' value counts below
+    it; the cumulative sum runs over the window (5 standard deviations of the quantile's
+    rank under cluster resampling, ``sqrt(sum_u (below_u - q * n_u) ** 2)``, each side). Rows whose quantile falls outside it are
+    computed in full, so the result is exact.
+    """
+    rows, units = counts.shape
+    size = sorted_values.size
+    per_unit = np.bincount(column, minlength=units).astype(float)
+    w = counts.astype(float) if weights is None else weights
+    total = np.rint(w @ per_unit).astype(np.int64)
+    h = (total - 1) * q
+    lo = np.floor(h).astype(np.int64)
+    frac = h - lo
+    hi = np.minimum(lo + 1, total - 1)
+    centre = int(q * (size - 1))
+    below = np.bincount(column[:centre], minlength=units)  # each unit's values under the pooled quantile
+    spread = math.sqrt(float(((below - q * per_unit) ** 2).sum()))  # std of the rank under cluster resampling
+    half = int(5 * spread) + 64
+    j0, j1 = max(0, centre - half), min(size, centre + half + 1)
+    base = np.rint(w @ np.bincount(column[:j0], minlength=units).astype(float)).astype(np.int64)
+    out = np.full(rows, np.nan)
+    inside = np.zeros(rows, dtype=bool)
+    step = max(1, BLOCK // max(1, j1 - j0))
+    for start in range(0, rows, step):
+        sl = slice(start, start + step)
+        cum = np.cumsum(counts[sl][:, column[j0:j1]], axis=1, dtype=np.int32) + base[sl, None]
+        fits = (base[sl] <= lo[sl]) & (cum[:, -1] > hi[sl]) & (total[sl] > 0)
+        j_lo = j0 + (cum <= lo[sl, None]).sum(axis=1)
+        j_hi = j0 + (cum <= hi[sl, None]).sum(axis=1)
+        j_lo, j_hi = np.clip(j_lo, 0, size - 1), np.clip(j_hi, 0, size - 1)
+        value = sorted_values[j_lo] + frac[sl] * (sorted_values[j_hi] - sorted_values[j_lo])
+        out[sl] = np.where(fits, value, np.nan)
+        inside[sl] = fits
+    rest = np.nonzero(~inside & (total > 0))[0]
+    for start in range(0, rest.size, max(1, BLOCK // size)):
+        chunk = rest[start:start + max(1, BLOCK // size)]
+        out[chunk] = weighted_quantiles(sorted_values, counts[chunk][:, column], [q])[0]
+    return out
 
 
 def expanded_alpha(units: int) -> float:
@@ -343,16 +403,17 @@ def intervals(statistics: dict[str, Statistic], key: Sequence[Hashable] = (),
     if pending:
         labels = np.unique(np.concatenate([s.units for s in pending.values()]))
         counts = resample_counts(labels.size, resamples, rng_for(*key))
+        weights = counts.astype(float)
         shared: dict[int, list[str]] = {}
         for name, s in pending.items():
             if s.stat in ("mean", "rate"):
-                low, high = _percentile_interval(s.replicates(labels, counts), s.n_units)
+                low, high = _percentile_interval(s.replicates(labels, counts, weights), s.n_units)
                 result[name] = Interval(s.point(), low, high, s.n)
             else:
                 shared.setdefault(id(s.values), []).append(name)
         for names in shared.values():
             first = pending[names[0]]
-            reps = first.quantile_replicates(labels, counts, [quantile_of(pending[n].stat) for n in names])
+            reps = first.quantile_replicates(labels, counts, [quantile_of(pending[n].stat) for n in names], weights)
             for name, row in zip(names, reps):
                 low, high = _percentile_interval(row, first.n_units)
                 result[name] = Interval(pending[name].point(), low, high, pending[name].n)
@@ -360,14 +421,16 @@ def intervals(statistics: dict[str, Statistic], key: Sequence[Hashable] = (),
 
 
 def ratio_interval(top: Statistic, bottom: Statistic, key: Sequence[Hashable] = (),
-                   resamples: int = RESAMPLES, paired: bool = True) -> tuple[Interval, bool]:
+                   resamples: int = RESAMPLES, paired: bool = True, draws: dict | None = None
+                   ) -> tuple[Interval, bool]:
     """``top / bottom`` with its 95 % interval, and whether it was paired.
 
     Paired (the default, where the two share unit labels, i.e. prompt ids): both are
     restricted to the shared units and every resample draws the same units for both,
     so a prompt's own difficulty cancels out of the ratio. Otherwise each side is
     resampled on its own. The ratio needs both sides to pass the minimum-sample rule
-    (counted in shared units when paired).
+    (counted in shared units when paired). ``draws``: a dict shared by several ratios of
+    the same two sets of requests, so that they reuse one draw per set of shared units.
     """
     from llmload.core.metrics import ratio
 
@@ -379,11 +442,18 @@ def ratio_interval(top: Statistic, bottom: Statistic, key: Sequence[Hashable] = 
     value = ratio(top.point(), bottom.point())
     if not (top.enough and bottom.enough) or value is None:
         return Interval(None, n=n), is_paired
-    rng = rng_for(*key, top.stat, "ratio")
     if is_paired:
-        counts = resample_counts(common.size, resamples, rng)
-        up, down = top.replicates(common, counts), bottom.replicates(common, counts)
+        cache_key = (common.size, hash(common.tobytes()))
+        if draws is not None and cache_key in draws:
+            counts, weights = draws[cache_key]
+        else:
+            counts = resample_counts(common.size, resamples, rng_for(*key, "ratio"))
+            weights = counts.astype(float)
+            if draws is not None:
+                draws[cache_key] = (counts, weights)
+        up, down = top.replicates(common, counts, weights), bottom.replicates(common, counts, weights)
     else:
+        rng = rng_for(*key, top.stat, "ratio")
         top_labels, bottom_labels = np.unique(top.units), np.unique(bottom.units)
         up = top.replicates(top_labels, resample_counts(top_labels.size, resamples, rng))
         down = bottom.replicates(bottom_labels, resample_counts(bottom_labels.size, resamples, rng))
