@@ -7,9 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from llmload.core.stats import (CONFIDENCE, Interval, Statistic, expanded_alpha, has_enough, interval, intervals,
-                                min_samples, order_interval, ratio_interval, repeat_interval, repeat_ratio_interval, t_quantile,
-                                weighted_quantiles, widened)
+from llmload.core.stats import (CONFIDENCE, WINDOW_VALUES, Interval, Statistic, expanded_alpha, has_enough,
+                                interval, intervals, min_samples, order_interval, ratio_interval, repeat_interval,
+                                repeat_ratio_interval, resample_counts, t_quantile, weighted_quantiles,
+                                widened, windowed_quantile)
 
 DRAWS = 200  # repeated experiments per coverage check: a coverage's standard error is about 1.5 points
 
@@ -185,3 +186,20 @@ def test_widened_interval_adds_run_noise_on_the_log_scale():
     assert wide.high == pytest.approx(2.0 * math.exp(math.hypot(math.log(2.1 / 2.0), extra)))
     assert widened(iv, 0.0) == iv and widened(Interval(None, n=3), 0.03) == Interval(None, n=3)
     assert not widened(Interval(1.05, 1.01, 1.09), 0.03).significant
+
+
+def test_windowed_bootstrap_percentiles_equal_the_full_computation():
+    """Large clustered samples (inter-token gaps) take their percentiles from a window of ranks: same numbers."""
+    rng = np.random.default_rng(8)
+    speed = rng.lognormal(0.0, 0.5, size=300)
+    values = (speed[:, None] * rng.exponential(1.0, size=(300, 20))).ravel()
+    owners = np.repeat(np.arange(300), 20)
+    order = np.argsort(values, kind="stable")
+    counts = resample_counts(300, 500, rng)
+    for q in (0.5, 0.9, 0.99):
+        full = weighted_quantiles(values[order], counts[:, owners[order]], [q])[0]
+        assert windowed_quantile(values[order], owners[order], counts, q) == pytest.approx(full)
+    s = Statistic("p90", values, owners)
+    assert s.n >= WINDOW_VALUES
+    assert s.quantile_replicates(np.arange(300), counts, [0.9])[0] == pytest.approx(
+        weighted_quantiles(values[order], counts[:, owners[order]], [0.9])[0])
