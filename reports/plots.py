@@ -181,6 +181,7 @@ def goodput_plots(rows: list[dict], steps: list[dict], palette: dict[str, str], 
         draw(ax, lines, palette, log2_x=False, xlabel="offered requests/s")
         top = max(p[0] for pts in lines.values() for p in pts)
         ax.plot([0, top], [0, top], ":", color="grey", lw=0.8, label="every request within the SLO")
+        ax.legend(fontsize=7)
         ax.set_ylabel("goodput (requests/s within the SLO)")
         ax.set_title(f"{task}: goodput vs offered rate", fontsize=10)
         written.append(save(fig, out_dir / f"goodput_{task}.png"))
@@ -215,16 +216,24 @@ def server_plots(series_rows: list[dict], out_dir: Path) -> list[Path]:
     for server, task in sorted({(s["server"], s["task"]) for s in series_rows}):
         cells = [s for s in series_rows if s["server"] == server and s["task"] == task]
         fig, axes = plt.subplots(len(cells), 2, figsize=(11, 2.4 * len(cells) + 0.6), squeeze=False)
+        repeated = any(c.get("repeat") for c in cells)
         for (left, right), s in zip(axes, cells):
             level = f"r{s['rate']:g}/s" if s.get("rate") is not None else f"c{s['concurrency']}"
-            twin = left.twinx()
+            if repeated:
+                level += f" #{(s.get('repeat') or 0) + 1}"
+            if s.get("phase") not in (None, "matrix"):
+                level += f" ({s['phase']})"
+            percent = [c for c in s["series"] if SERIES_STYLE[c][2] == "right"]
+            twin = left.twinx() if percent else None
             for column, values in s["series"].items():
                 label, color, side = SERIES_STYLE[column]
                 (left if side == "left" else twin).plot(s["t"], values, color=color, label=label)
-            twin.set_ylim(0, 105)
-            twin.set_ylabel("%", fontsize=8)
+            handles = left.get_legend_handles_labels()[0]
+            if twin is not None:
+                twin.set_ylim(0, 105)
+                twin.set_ylabel("%", fontsize=8)
+                handles += twin.get_legend_handles_labels()[0]
             left.set_ylabel("requests", fontsize=8)
-            handles = left.get_legend_handles_labels()[0] + twin.get_legend_handles_labels()[0]
             left.legend(handles, [h.get_label() for h in handles], fontsize=7, loc="upper right")
             left.set_title(f"{server} {task} {s['mode']} {level}: server", fontsize=9)
             right.plot(s["client_t"], s["client_tok_s"], color="C4", drawstyle="steps-mid")
