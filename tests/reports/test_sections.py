@@ -143,3 +143,26 @@ def test_prefix_cache_off_against_on(tmp_path):
     assert float(p50["off"]) > float(p50["on"])
     assert rows["ttft_p99"]["significant"] == ""  # 24 requests: too few for a p99
     assert "## Prefix caching (prefix task)" in md
+
+
+def test_a_real_open_loop_run_with_repeats_warmup_and_an_slo(tmp_path, prompt_dir16):
+    """The runner's own open-loop cells: warm-up left out, SLO columns, the repeats' spread, server series."""
+    from report_helpers import run_runner
+
+    run_runner("--servers", "mock", "--tasks", "qa", "--modes", "stream", "--rates", "8", "--repeat", "2",
+               "--warmup", "2", "--slo", "ttft=100", "--requests", "16", "--max-tokens", "8", "--mock-ttft-ms", "50",
+               "--data-dir", str(prompt_dir16), "--out", str(tmp_path / "run"), "--no-report")
+    md = merge_run(tmp_path / "run", tmp_path / "r", use_tokenizer=False).read_text()
+    rows = read_csv(tmp_path / "r" / "summary.csv")
+    assert [(r["rate"], r["repeat"]) for r in rows] == [("8.0", "0"), ("8.0", "1")]
+    for row, cell in zip(rows, read_cells(tmp_path / "run")):
+        logged = read_results(cell.files(tmp_path / "run").raw_log)
+        assert sum(r.warmup for r in logged) == 2 and int(row["requests"]) == 14
+        assert float(row["slo_attainment"]) == 100.0 and row["dispatch_lag_p99"] != ""
+    (spread,) = read_csv(tmp_path / "r" / "repeats.csv")
+    assert spread["repeats"] == "2"
+    assert float(spread["request_throughput_min"]) <= float(spread["request_throughput_mean"]) <= float(
+        spread["request_throughput_max"])
+    header = next(line for line in md.splitlines() if line.startswith("| server"))
+    assert column_title("slo_attainment") in header and column_title("goodput") in header
+    assert "## Repeats" in md and (tmp_path / "r" / "knee_qa.png").is_file()
