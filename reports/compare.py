@@ -136,7 +136,7 @@ def markdown(a: RunData, b: RunData, result: dict, plot: Path | None, noise: flo
 def compare_runs(run_a: str | Path, run_b: str | Path, out_dir: str | Path | None = None,
                  noise: float = CELL_NOISE) -> Path:
     """Compare two run folders; write the table, CSV and plot into ``out_dir``; return the Markdown."""
-    from reports.plots import compare_plot
+    from reports.plots import compare_plot  # matplotlib: only when drawing
 
     a, b = load_run(run_a), load_run(run_b)
     result = compare(a, b, noise)

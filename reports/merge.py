@@ -23,11 +23,13 @@ from llmload.core.cliargs import non_negative_float
 from llmload.core.metrics import FIGURES, METRICS, headline_columns, ratio
 from llmload.core.stats import CELL_NOISE, RESAMPLES, SEED, Interval, min_samples, quantile_of
 from llmload.core.tables import render
+from monitors.sampler import PEAK_KEYS
 from reports.estimates import (cell_intervals, estimated, pooled_summary, ratio_intervals, repeat_intervals,
                                requests_of)
 from reports import sections
 from reports.format import number, shown, title
 from reports.run import CellData, ReportError, RunData, describe_key, group_key, load_run, resolve_baseline
+from reports.tokens import REQUEST_COLUMNS, SERVER_COLUMNS, find_tokenizer, reconcile
 
 IDENTITY = ["server", "task", "mode", "concurrency", "rate", "repeat", "phase", "status"]
 TRAILER = ["token_source", "locust_requests", "error"]
@@ -43,8 +45,6 @@ MD_PEAKS = ["peak_server_rss_mib", "peak_server_gpu_mib"]
 
 def peak_columns(cells: list[CellData]) -> list[str]:
     """The monitor's peak keys: ``monitors.sampler.PEAK_KEYS``, then any other key ``peak_usage`` gave."""
-    from monitors.sampler import PEAK_KEYS
-
     keys = list(PEAK_KEYS)
     for c in cells:
         keys += [k for k in c.peaks if k not in keys]
@@ -211,8 +211,6 @@ class Report:
 def build_report(run: RunData, baseline: str | None = None, tokenizer: str | None = None,
                  use_tokenizer: bool = True, noise: float = CELL_NOISE) -> Report:
     """Compute every table of the report (no file is written)."""
-    from reports.tokens import find_tokenizer, reconcile
-
     base = resolve_baseline(run, baseline)
     rows, groups = run_rows(run)
     tok, note = find_tokenizer(run.manifest, tokenizer, use_tokenizer)
@@ -455,8 +453,7 @@ def section_lines(report: Report) -> list[str]:
 
 def write_report(report: Report, out_dir: Path) -> Path:
     """Write the CSVs, the plots and ``summary.md``; return ``summary.md``."""
-    from reports.plots import write_plots
-    from reports.tokens import REQUEST_COLUMNS, SERVER_COLUMNS
+    from reports.plots import write_plots  # matplotlib: only when drawing
 
     out_dir.mkdir(parents=True, exist_ok=True)
     write_csv(out_dir / "summary.csv", report.rows, csv_columns(report.peaks))

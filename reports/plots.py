@@ -14,6 +14,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from reports.format import title  # noqa: E402
+
 MODE_STYLE = {"stream": "-", "sync": "--"}
 
 
@@ -248,8 +250,6 @@ def server_plots(series_rows: list[dict], out_dir: Path) -> list[Path]:
 
 def compare_plot(rows: list[dict], path: Path) -> Path | None:
     """B/A of each compared figure with its interval: one panel per figure, one line per cell (red: significant)."""
-    from reports.format import title
-
     metrics = [m for m in dict.fromkeys(r["metric"] for r in rows) if any(
         r["metric"] == m and value(r, "ratio") is not None for r in rows)]
     if not metrics:

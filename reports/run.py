@@ -14,6 +14,7 @@ from pathlib import Path
 from llmload.core.metrics import RequestResult, RunSummary, summarize
 from llmload.core.rawlog import read_results
 from llmload.core.runfiles import Cell, RunFolderError, read_capacity, read_cells, read_manifest
+from monitors.sampler import peak_usage, read_monitor
 
 DEFAULT_BASELINE = "vllm"
 
@@ -109,8 +110,6 @@ def load_cell(run_dir: Path, cell: Cell) -> CellData:
     elif cell.status == "ok":
         data.status, data.error = "missing", "raw log missing"
     if files.monitor.is_file():
-        from monitors.sampler import peak_usage, read_monitor
-
         try:
             data.monitor = read_monitor(files.monitor)
         except ValueError as exc:

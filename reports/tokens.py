@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llmload.core.metrics import RequestResult
+from llmload.core.model_store import DEFAULT_MODEL_NAME, default_model_dir, is_materialised
 from reports.run import ReportError, RunData
 
 #: A server is flagged when more than this share of its requests disagree with the tokenizer (AIPerf's threshold).
@@ -40,8 +41,6 @@ class Tokenizer:
 
 def tokenizer_folder(manifest: dict) -> Path | None:
     """The run's model folder when it is local, else the embedded default model when materialised."""
-    from llmload.core.model_store import DEFAULT_MODEL_NAME, default_model_dir, is_materialised
-
     model = manifest.get("model")
     if model and Path(model).is_dir():
         return Path(model)

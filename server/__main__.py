@@ -51,9 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     import uvicorn
 
-    from server.app import create_app
-    from server.engines import create_engine
-    from server.limits import header_timeout_protocol
+    from server.app import create_app  # fastapi and uvicorn: only once the flags are valid
+    from server.engines import create_engine  # torch: only once the flags are valid
+    from server.limits import header_timeout_protocol  # uvicorn's protocols: only once the flags are valid
 
     # Load the model before serving, so that one that cannot load is a one-line error.
     try:

@@ -14,6 +14,7 @@ from dataclasses import Field, dataclass, field, fields
 from typing import Any, Callable, Sequence
 
 from llmload.core.cliargs import non_negative_float, non_negative_int, positive_int
+from llmload.core.model_store import resolve_model, served_model_name
 
 ENV_PREFIX = "LLMLOAD_"
 ENGINES = ("naive", "batched", "mock")
@@ -121,8 +122,6 @@ class ServerSettings:
 
     def resolved_model(self) -> str:
         """The model to load: the materialised default when none is set."""
-        from llmload.core.model_store import resolve_model
-
         return resolve_model(self.model)
 
     def served_name(self) -> str:
@@ -131,8 +130,6 @@ class ServerSettings:
             return self.served_model_name
         if self.engine == "mock" and not self.model:
             return "mock"
-        from llmload.core.model_store import served_model_name
-
         return served_model_name(self.model)
 
 

@@ -29,7 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from llmload.core.cliargs import non_negative_int, positive_float, positive_int
+from llmload.core.model_store import ModelNotAvailable, resolve_model, served_model_name
 from llmload.core.services import ServiceError, ServiceProcess, port_in_use
+from server.engines.hf_model import check_local_model
 
 DEFAULT_START_TIMEOUT_S = 600.0
 
@@ -155,10 +157,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args, extra = build_parser().parse_known_args(argv)
-    from llmload.core.model_store import ModelNotAvailable, resolve_model, served_model_name
-
-    from server.engines.hf_model import check_local_model
-
     try:
         model = resolve_model(args.model)
         check_local_model(model)

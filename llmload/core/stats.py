@@ -30,6 +30,8 @@ from typing import Hashable, Sequence
 
 import numpy as np
 
+from llmload.core.metrics import ratio
+
 CONFIDENCE = 0.95
 #: Bootstrap resamples per interval.
 RESAMPLES = 2000
@@ -432,7 +434,6 @@ def ratio_interval(top: Statistic, bottom: Statistic, key: Sequence[Hashable] = 
     (counted in shared units when paired). ``draws``: a dict shared by several ratios of
     the same two sets of requests, so that they reuse one draw per set of shared units.
     """
-    from llmload.core.metrics import ratio
 
     common = np.intersect1d(np.unique(top.units), np.unique(bottom.units)) if paired else np.array([])
     is_paired = common.size > 0
@@ -508,7 +509,6 @@ def repeat_ratio_interval(top: Sequence[float], bottom: Sequence[float]) -> Inte
     The repeats are the replication unit, so run-to-run noise is in the interval itself.
     Needs two positive figures on each side.
     """
-    from llmload.core.metrics import ratio
 
     a = np.asarray([v for v in top if v is not None], dtype=float)
     b = np.asarray([v for v in bottom if v is not None], dtype=float)

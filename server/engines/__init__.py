@@ -16,18 +16,18 @@ __all__ = ["ENGINES", "Engine", "create_engine"]
 def create_engine(settings: ServerSettings) -> Engine:
     """Build the engine named by ``settings.engine`` (the model is loaded later, by ``start``)."""
     if settings.engine == "naive":
-        from server.engines.naive import NaiveEngine
+        from server.engines.naive import NaiveEngine  # torch: only the engine asked for
 
         return NaiveEngine(settings.resolved_model(), settings.served_name(), settings.max_model_len,
                            dtype=settings.dtype, threads=settings.threads)
     if settings.engine == "batched":
-        from server.engines.batched import BatchedEngine
+        from server.engines.batched import BatchedEngine  # torch: only the engine asked for
 
         return BatchedEngine(settings.resolved_model(), settings.served_name(), settings.max_model_len,
                              dtype=settings.dtype, threads=settings.threads, max_num_seqs=settings.max_num_seqs,
                              prepack_weights=settings.prepack_weights)
     if settings.engine == "mock":
-        from server.engines.mock import MockEngine
+        from server.engines.mock import MockEngine  # only the engine asked for
 
         return MockEngine(settings.model or "mock", settings.served_name(), settings.max_model_len,
                           ttft_ms=settings.mock_ttft_ms, itl_ms=settings.mock_itl_ms)

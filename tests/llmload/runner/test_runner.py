@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 import threading
@@ -181,4 +182,10 @@ def test_one_real_vllm_cell(tmp_path, default_model):
     # the cells repeat their prompts and the basic server has no prefix cache: vLLM runs without one too
     assert "enable_prefix_caching=False" in (run_dir / "vllm" / "server.log").read_text()
     assert json.loads((run_dir / "run.json").read_text())["baseline"] == "vllm"
+    # the monitor read vLLM's own /metrics beside its resources: requests running, KV cache in use
+    with open(run_dir / "vllm" / "qa_stream_c2_monitor.csv", newline="") as handle:
+        samples = list(csv.DictReader(handle))
+    assert any(row["server_running"] and float(row["server_running"]) >= 1 for row in samples), samples[:3]
+    assert all(row["server_waiting"] != "" for row in samples if row["server_running"])
+    assert any(row["server_kv_cache_pct"] and float(row["server_kv_cache_pct"]) > 0 for row in samples)
 
