@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import subprocess
@@ -12,6 +13,8 @@ import pytest
 from llmload.core.rawlog import read_results
 from llmload.core.paths import REPO_ROOT
 from llmload.core.records import DatasetError, read_records
+from llmload.runner.matrix import Runner
+from llmload.runner.options import build_parser, resolve
 from llmload.tasks import (LocalFile, Task, TaskTemplate, all_tasks, build_datasets, default_budgets,
                            default_task_names, get_task, hub_task_names, register, task_names, unregister)
 from llmload.tasks import build, cli
@@ -119,6 +122,20 @@ def test_throwaway_task_goes_through_the_build_and_a_real_locust_run(haiku, tmp_
     assert len(results) == 3 and all(r.success and r.task == "haiku" for r in results), results
     assert [r.prompt_id for r in results] == [r.id for r in records[:3]]  # file order
     assert all(r.output_tokens and r.output_tokens <= 24 for r in results)
+
+    # ... and through the runner (its locustfile found in the registry) into the report
+    run_dir = tmp_path / "run"
+    parser = build_parser()
+    args = resolve(parser.parse_args(["--servers", "mock", "--tasks", "haiku", "--modes", "stream", "--concurrency",
+                                      "2", "--requests", "4", "--max-tokens", "6", "--mock-ttft-ms", "5",
+                                      "--mock-itl-ms", "1", "--data-dir", str(tmp_path / "sets"),
+                                      "--out", str(run_dir)]), parser)
+    assert Runner(args).run() == 0
+    with (run_dir / "report" / "summary.csv").open(newline="") as handle:
+        (row,) = list(csv.DictReader(handle))
+    assert (row["server"], row["task"], row["status"], row["requests"], row["failures"]) == (
+        "mock", "haiku", "ok", "4", "0")
+    assert "haiku" in (run_dir / "report" / "summary.md").read_text()
 
 
 def test_local_file_sources(tmp_path):
