@@ -21,8 +21,10 @@ from llmload.targets import DEFAULT_BASELINE, KINDS, targets_type
 from server.settings import DTYPES
 
 #: The full comparison (``make compare``); ``--quick`` replaces some of it with :data:`QUICK`.
-FULL = dict(servers="basic-naive,basic-batched,vllm", tasks=None, modes=list(MODES),  # tasks: the registry's default
-            concurrency=[1, 2, 4, 8], requests=8, max_tokens=32)
+#: Sized so that the headline ratios (token throughput at the top level, per task) come with 95 % intervals of
+#: about +-15 % in about half an hour on two cores; the full matrix: --modes sync,stream --concurrency 1,2,4,8.
+FULL = dict(servers="basic-naive,basic-batched,vllm", tasks=None, modes=["stream"],  # tasks: the registry's default
+            concurrency=[1, 8], requests=24, max_tokens=32)
 QUICK = dict(tasks=["chat", "qa"], concurrency=[1, 4], requests=4, max_tokens=16)
 DEFAULT_ARRIVAL = "poisson"
 DEFAULT_SLO_TARGET = 99.0
@@ -49,7 +51,8 @@ def build_parser() -> OneLineParser:
         prog="python -m llmload.runner",
         description="Run the comparison matrix (servers x tasks x modes x load levels) with Locust and the resource "
                     "monitor, then merge the results into a report. Defaults: the embedded model, "
-                    f"{FULL['servers']}, the tasks {','.join(list(default_task_names()))}, sync and stream, concurrency "
+                    f"{FULL['servers']}, the tasks {','.join(list(default_task_names()))}, mode {','.join(FULL['modes'])}, "
+                    "concurrency "
                     f"{','.join(map(str, FULL['concurrency']))}, {FULL['requests']} requests of {FULL['max_tokens']} "
                     "tokens per cell. See docs/runner.md.",
         epilog="Progress: one line per cell, '[done/total] server task mode level: figures (cell seconds); about N "
@@ -72,7 +75,7 @@ def build_parser() -> OneLineParser:
     matrix.add_argument("--tasks", type=choice_list(task_names(), "tasks"), default=None, metavar="LIST",
                         help=f"comma list of {', '.join(task_names())} (default: {','.join(list(default_task_names()))})")
     matrix.add_argument("--modes", type=choice_list(MODES, "modes"), default=None, metavar="LIST",
-                        help="comma list of sync, stream (default: both)")
+                        help=f"comma list of sync, stream (default: {','.join(FULL['modes'])})")
     matrix.add_argument("--concurrency", "--parallel", dest="concurrency", type=int_list, default=None,
                         metavar="LIST",
                         help="closed-loop levels: comma list of concurrent users, each sending its next request when "
