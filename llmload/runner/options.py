@@ -22,9 +22,10 @@ from server.settings import DTYPES
 
 #: The full comparison (``make compare``); ``--quick`` replaces some of it with :data:`QUICK`.
 #: Sized so that the headline ratios (token throughput at the top level, per task) come with 95 % intervals of
-#: about +-15 % in about half an hour on two cores; the full matrix: --modes sync,stream --concurrency 1,2,4,8.
+#: about +-15 % in about half an hour on two cores; the full matrix: --tasks chat,summarization,qa,code
+#: --modes sync,stream --concurrency 1,2,4,8.
 FULL = dict(servers="basic-naive,basic-batched,vllm", tasks=None, modes=["stream"],  # tasks: the registry's default
-            concurrency=[1, 8], requests=24, max_tokens=32)
+            concurrency=[1, 8], requests=48, max_tokens=32)
 QUICK = dict(tasks=["chat", "qa"], concurrency=[1, 4], requests=4, max_tokens=16)
 DEFAULT_ARRIVAL = "poisson"
 DEFAULT_SLO_TARGET = 99.0

@@ -68,9 +68,9 @@ def test_slo_targets_take_milliseconds_or_a_unit():
 def test_defaults_profiles_and_aliases():
     full = parse_args([])
     assert [t.name for t in full.servers] == ["basic-naive", "basic-batched", "vllm"] and full.baseline == "vllm"
-    assert full.tasks == list(default_task_names()) == ["chat", "summarization", "qa", "code"]
+    assert full.tasks == list(default_task_names()) == ["chat", "qa", "code"]
     assert full.modes == ["stream"]
-    assert (full.concurrency, full.requests, full.max_tokens, full.repeat, full.pool) == ([1, 8], 24, 32, 1, 24)
+    assert (full.concurrency, full.requests, full.max_tokens, full.repeat, full.pool) == ([1, 8], 48, 32, 1, 48)
     quick = parse_args(["--quick", "--servers", "naive,batched"])
     assert quick.tasks == ["chat", "qa"] and quick.concurrency == [1, 4] and quick.requests == 4
     assert [t.kind for t in quick.servers] == ["basic-naive", "basic-batched"] and quick.baseline is None

@@ -53,7 +53,7 @@ def haiku(tmp_path):
 
 def test_the_suite_declares_seven_tasks_four_in_the_default_matrix():
     assert task_names() == ("chat", "summarization", "qa", "code", "synthetic", "prefix", "conversation")
-    assert default_task_names() == ("chat", "summarization", "qa", "code")
+    assert default_task_names() == ("chat", "qa", "code")  # summarization is too slow for the default matrix
     assert hub_task_names() == ("chat", "summarization", "qa", "code")
     assert default_budgets() == {"chat": 256, "summarization": 128, "qa": 32, "code": 192, "synthetic": 128,
                                  "prefix": 64, "conversation": 128}
