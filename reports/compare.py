@@ -14,7 +14,6 @@ of the two search brackets. Writes ``compare.md``, ``compare.csv`` and
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from llmload.core.metrics import ratio
@@ -23,7 +22,7 @@ from llmload.core.tables import render
 from reports.estimates import ratio_intervals
 from reports.format import number, title
 from reports.merge import RATIO_COLUMNS, add_noise_option, estimate_text, level, ratio_text, run_rows, write_csv
-from reports.run import ReportError, RunData, load_run
+from reports.run import ReportError, RunData, load_run, report_command
 from reports.sections import bracket_ratio, slo_text
 
 COLUMNS = ["server", "task", "mode", "concurrency", "rate", "metric", "a", "b", "ratio", "ci_low", "ci_high",
@@ -159,16 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None, help="output folder (default: RUN_B/compare)")
     add_noise_option(p)
     args = p.parse_args(argv)
-    try:
-        path = compare_runs(args.run_a, args.run_b, args.out, args.cell_noise / 100.0)
-    except ReportError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:  # an output folder that cannot be written
-        print(f"error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
-    print(path)
-    return 0
+    return report_command(lambda: compare_runs(args.run_a, args.run_b, args.out, args.cell_noise / 100.0))
 
 
 if __name__ == "__main__":

@@ -8,8 +8,10 @@ through :mod:`llmload.core.runfiles`, :mod:`llmload.core.metrics` and
 from __future__ import annotations
 
 import csv
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from llmload.core.metrics import RequestResult, RunSummary, summarize
 from llmload.core.rawlog import read_results
@@ -149,3 +151,17 @@ def resolve_baseline(run: RunData, requested: str | None) -> str | None:
     if named in servers:
         return named
     return DEFAULT_BASELINE if DEFAULT_BASELINE in servers else None
+
+
+def report_command(action: Callable[[], Path]) -> int:
+    """Run a report command's work: print the path it wrote (exit 0), or one ``error:`` line (exit 2)."""
+    try:
+        path = action()
+    except ReportError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # an output folder that cannot be written
+        print(f"error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    print(path)
+    return 0

@@ -17,8 +17,12 @@ from llmload.core.metrics import RequestResult
 from llmload.core.model_store import DEFAULT_MODEL_NAME, default_model_dir, is_materialised
 from reports.run import ReportError, RunData
 
-#: A server is flagged when more than this share of its requests disagree with the tokenizer (AIPerf's threshold).
+#: A server is flagged when more than this share of its requests disagree with the tokenizer (AIPerf's threshold)
+#: by more than re-tokenizing a text explains: decoding tokens and encoding the text again does not give the same
+#: tokens back (merges differ at a few places), so honest servers show small differences of either sign too; the
+#: flag needs the server to count fewer tokens than its text holds, or a difference beyond DRIFT_PCT.
 MISMATCH_WARN_PCT = 10.0
+DRIFT_PCT = 10.0
 USAGE_ZERO = "usage_zero"
 
 
@@ -143,7 +147,8 @@ def verdict(row: dict) -> str:
         problems.append(f"usage 0 beside generated text in {row['usage_zero']} requests")
     if row["usage_missing"]:
         problems.append(f"usage missing in {row['usage_missing']} requests")
-    if row["mismatch_pct"] is not None and row["mismatch_pct"] > MISMATCH_WARN_PCT:
+    beyond_drift = (row["mean_difference"] or 0.0) <= -0.5 or abs(row["relative_difference_pct"] or 0.0) > DRIFT_PCT
+    if row["mismatch_pct"] is not None and row["mismatch_pct"] > MISMATCH_WARN_PCT and beyond_drift:
         problems.append(f"usage differs from the tokenizer in {row['mismatch_pct']:.0f} % of requests "
                         f"(mean {row['mean_difference']:+.1f} tokens)")
     return "FLAG: " + "; ".join(problems) if problems else "ok"

@@ -33,13 +33,14 @@ called TTFT):
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
 from ddsketch import DDSketch
 
 from llmload.core.cliargs import parse_duration
+from llmload.core.records import known_fields
 
 MODES = ("sync", "stream")
 APIS = ("completion", "chat")
@@ -77,8 +78,7 @@ class RequestResult:
 
     @classmethod
     def from_dict(cls, data: dict) -> "RequestResult":
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        return cls(**known_fields(cls, data))
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,12 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 
+def known_fields(cls, data: dict) -> dict:
+    """The items of ``data`` that are fields of the dataclass ``cls`` (a newer file's extra keys are ignored)."""
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
+
+
 class DatasetError(RuntimeError):
     """A prompt set that cannot be found, read, built or used; the message names the cause and the fix (one line)."""
 
@@ -59,12 +65,11 @@ class PromptRecord:
     @classmethod
     def from_dict(cls, data: dict) -> "PromptRecord":
         """Build a record from a decoded JSON object, with a clear error for missing fields."""
-        names = {f.name for f in fields(cls)}
         required = {f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING}
         missing = sorted(required - data.keys())
         if missing:
             raise RecordFormatError(f"missing field(s) {', '.join(missing)}")
-        return cls(**{k: v for k, v in data.items() if k in names})
+        return cls(**known_fields(cls, data))
 
 
 def write_records(path: str | os.PathLike, records: Iterable[PromptRecord]) -> int:

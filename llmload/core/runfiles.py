@@ -15,9 +15,11 @@ Nothing here imports above the core; the reports read a run through these functi
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable
+
+from llmload.core.records import known_fields
 
 MANIFEST = "run.json"
 CELLS = "cells.jsonl"
@@ -62,8 +64,7 @@ class Cell:
 
     @classmethod
     def from_dict(cls, data: dict) -> "Cell":
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        return cls(**known_fields(cls, data))
 
 
 @dataclass(frozen=True)
