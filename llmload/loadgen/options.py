@@ -48,7 +48,8 @@ def stages_type(text: str) -> tuple[tuple[float, int], ...]:
 
 
 def ramp_type(text: str) -> tuple[tuple[float, int], ...]:
-    """``--ramp 1:32:120s``: users from 1 to 32 in equal steps over 120 s (as stages of about 5 s each)."""
+    """``--ramp 1:32:120s``: users from 1 to 32 in equal steps over 120 s (stages of at least 5 s, the first
+    at 1 user, the last at 32)."""
     parts = text.split(":")
     try:
         first, last, length = int(parts[0]), int(parts[1]), seconds(parts[2])
@@ -56,8 +57,26 @@ def ramp_type(text: str) -> tuple[tuple[float, int], ...]:
             raise ValueError
     except (ValueError, IndexError, argparse.ArgumentTypeError):
         raise argparse.ArgumentTypeError(f"{text!r} is not FROM:TO:DURATION (e.g. 1:32:120s)") from None
-    steps = max(1, min(abs(last - first), int(length // 5) or 1))
-    return tuple((length / steps, round(first + (last - first) * (i + 1) / steps)) for i in range(steps))
+    steps = max(1, min(abs(last - first) + 1, int(length // 5) or 1))
+    if steps == 1:
+        return ((length, last),)
+    return tuple((length / steps, round(first + (last - first) * i / (steps - 1))) for i in range(steps))
+
+
+def _from_form(f, text: str, convert):
+    """A value typed into the web UI's form: blank or the default echoed back is the default; else ``convert``."""
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        return convert(text)
+    except argparse.ArgumentTypeError as exc:
+        try:
+            if type(f.default)(text) == f.default:  # the form shows every default (--rate 0: closed loop)
+                return None
+        except (TypeError, ValueError):
+            pass
+        raise SettingsError(f"{f.metadata['flag']}: {exc}") from None
 
 
 def _option(flag: str, help: str, **kwargs):
@@ -89,10 +108,10 @@ class LoadSettings:
     warmup: int = _option("--warmup", "the first N requests (over all workers) are sent but left out of every "
                           "statistic; the raw log keeps them with warmup: true", default=0, metavar="N",
                           type=non_negative_int)
-    rate: float = _option("--rate", "open loop: R requests per second in total, over all users and workers, at "
-                          "times drawn from --arrival; -u is then the most requests in flight at once (0: closed "
-                          "loop, each user sends its next request when its answer is complete)", default=0.0,
-                          metavar="R", type=non_negative_float)
+    rate: float = _option("--rate", "open loop: R requests per second in total (a number > 0), over all users and "
+                          "workers, at times drawn from --arrival; -u is then the most requests in flight at once "
+                          "(without it: closed loop, each user sends its next request when its answer is complete)",
+                          default=0.0, metavar="R", type=positive_float)
     arrival: str = _option("--arrival", "law of the open loop's inter-arrival times (default: poisson, or gamma when "
                            "--burstiness is not 1)", default="", choices=ARRIVALS)
     burstiness: float = _option("--burstiness", "gamma arrivals' shape K: 1 = poisson, < 1 burstier, > 1 more "
@@ -153,10 +172,7 @@ class LoadSettings:
             value = getattr(options, f.name, None) if options is not None else None
             convert = f.metadata.get("type")
             if isinstance(value, str) and convert is not None:  # a value typed into the web UI's form
-                try:
-                    value = convert(value) if value.strip() else None
-                except argparse.ArgumentTypeError as exc:
-                    raise SettingsError(f"{f.metadata['flag']}: {exc}") from None
+                value = _from_form(f, value, convert)
             if value is not None:
                 values[f.name] = value
         values["csv_prefix"] = values.get("csv_prefix") or ""
@@ -209,6 +225,23 @@ class LoadSettings:
                                 f"not to --arrival {self.arrival}")
         if self.stages and self.ramp:
             raise SettingsError("--stages and --ramp are two load shapes: give one")
+
+
+def strict_parsing(parser) -> None:
+    """Make Locust's parser say a bad option in one ``error: ...`` line, exit code 2, as the suite's commands do,
+    options that contradict each other included (:meth:`LoadSettings.check`), before anything starts."""
+    parser.error = lambda message: parser.exit(2, f"error: {message}\n")
+    parse_args = parser.parse_args
+
+    def parse_and_check(*args, **kwargs):
+        options = parse_args(*args, **kwargs)
+        try:
+            LoadSettings.from_options(options).check()
+        except SettingsError as exc:
+            parser.error(str(exc))
+        return options
+
+    parser.parse_args = parse_and_check
 
 
 def add_arguments(parser) -> None:

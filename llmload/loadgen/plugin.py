@@ -34,6 +34,7 @@ import logging
 import os
 import random
 import signal
+import sys
 import tempfile
 import time
 import uuid
@@ -54,7 +55,7 @@ from llmload.core.transport import TransportError
 from llmload.core.wire import WireError
 from llmload.loadgen.budget import Budget, Ticket
 from llmload.loadgen.live import LiveBoard, finite
-from llmload.loadgen.options import LoadSettings, SettingsError, add_arguments
+from llmload.loadgen.options import LoadSettings, SettingsError, add_arguments, strict_parsing
 from llmload.loadgen.schedule import Schedule
 
 log = logging.getLogger("llmload")
@@ -576,6 +577,7 @@ def plugin_for(environment) -> LoadPlugin:
 @locust.events.init_command_line_parser.add_listener
 def _on_parser(parser, **_kw) -> None:
     add_arguments(parser)
+    strict_parsing(parser)
 
 
 @locust.events.init.add_listener
@@ -583,8 +585,9 @@ def _on_init(environment, **_kw) -> None:
     try:
         plugin_for(environment).on_init()
     except (SettingsError, DatasetError) as exc:
-        # one line, no traceback: a user error (SystemExit passes through Locust's event hook)
-        raise SystemExit(f"error: {exc}") from None
+        # one line, no traceback, argparse's exit code for bad input (SystemExit passes through Locust's event hook)
+        sys.stderr.write(f"error: {exc}\n")
+        raise SystemExit(2) from None
 
 
 @locust.events.test_start.add_listener

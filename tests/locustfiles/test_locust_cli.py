@@ -25,7 +25,7 @@ def last_line(text: str) -> str:
 def test_missing_prompt_file_says_how_to_build_it(tmp_path):
     proc = run_locust("qa.py", NO_SERVER, "--requests", "1", env={"LLMLOAD_DATA_DIR": str(tmp_path / "none")})
     log = output(proc)
-    assert proc.returncode != 0 and "Traceback" not in log
+    assert proc.returncode == 2 and "Traceback" not in log
     assert last_line(log) == (f"error: prompt file {tmp_path / 'none' / 'qa.jsonl'} not found: build it with "
                               "`make data` (python datasets/prepare.py) or pass --dataset PATH")
 
@@ -38,9 +38,21 @@ def test_unreadable_prompt_file_names_the_line(tmp_path):
     assert last_line(output(proc)).startswith(f"error: cannot read prompts: {bad}:1: not a prompt record")
 
 
-def test_bad_option_value_is_rejected_by_the_parser():
-    proc = run_locust("chat.py", NO_SERVER, "--requests", "-3")  # (each type is unit-tested in test_loadgen_options)
-    assert proc.returncode == 2 and "argument --requests: '-3' is not an integer >= 0" in last_line(output(proc))
+@pytest.mark.parametrize("args, message", [
+    (("--requests", "-3"), "error: argument --requests: '-3' is not an integer >= 0"),
+    (("--rate", "0"), "error: argument --rate: '0' is not a number > 0"),
+    (("--rate", "fast"), "error: argument --rate: 'fast' is not a number > 0"),
+    (("--rate", "2", "--arrival", "weibull"), "error: argument --arrival: invalid choice: 'weibull' (choose from "
+                                              "'constant', 'poisson', 'gamma')"),
+    (("--slo", "latency=5"), "error: argument --slo: 'latency=5' is not KEY=MS with KEY one of ttft, tpot, e2e, itl"),
+    (("--slo", "ttft=0"), "error: argument --slo: ttft='0': a target is a positive number of milliseconds"),
+    (("--requests", "5", "--warmup", "5"), "error: --warmup 5 must be smaller than --requests 5"),
+    (("--burstiness", "0.5"), "error: --arrival and --burstiness shape an open loop: give --rate R too"),
+])
+def test_bad_options_are_one_line_with_exit_code_2_before_anything_starts(args, message):
+    proc = run_locust("chat.py", NO_SERVER, *args)  # (each type is unit-tested in test_loadgen_options)
+    lines = output(proc).strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith(message), lines
 
 
 def test_monitor_needs_somewhere_to_write():

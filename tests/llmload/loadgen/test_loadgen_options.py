@@ -51,7 +51,9 @@ def test_open_loop_law_follows_burstiness():
 
 def test_shapes_and_slos_parse_or_say_what_is_accepted():
     assert stages_type("30s:4,2m:16") == ((30.0, 4), (120.0, 16))
-    assert [users for _, users in ramp_type("1:4:20s")] == [2, 3, 4] and sum(s for s, _ in ramp_type("1:4:20s")) == 20
+    assert [users for _, users in ramp_type("1:4:20s")] == [1, 2, 3, 4] and sum(s for s, _ in ramp_type("1:4:20s")) == 20
+    assert [users for _, users in ramp_type("1:32:120s")][::23] == [1, 32] and len(ramp_type("1:32:120s")) == 24
+    assert ramp_type("4:4:3s") == ((3.0, 4),)
     assert slo_type("ttft=500,e2e=2s").e2e == 2.0
     for parse, text, message in ((stages_type, "30s", "is not DURATION:USERS"), (stages_type, "x:4", "duration"),
                                  (ramp_type, "1:4", "is not FROM:TO:DURATION"),
@@ -64,5 +66,7 @@ def test_shapes_and_slos_parse_or_say_what_is_accepted():
 def test_values_typed_into_the_web_ui_are_converted_or_refused():
     s = LoadSettings.from_options(SimpleNamespace(slo="ttft=300", rate="2.5", requests="10"))
     assert s.slo.ttft == 0.3 and s.rate == 2.5 and s.requests == 10
-    with pytest.raises(SettingsError, match="--rate: '-1' is not a number >= 0"):
+    with pytest.raises(SettingsError, match="--rate: '-1' is not a number > 0"):
         LoadSettings.from_options(SimpleNamespace(rate="-1"))
+    for echoed in ("0", "0.0", " "):  # the form sends every default back: --rate 0 there is the closed loop
+        assert not LoadSettings.from_options(SimpleNamespace(rate=echoed)).open_loop
