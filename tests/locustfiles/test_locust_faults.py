@@ -3,11 +3,13 @@ and the run goes on to its end (the scripted server rotates through good answers
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -156,3 +158,49 @@ def test_a_usage_of_zero_beside_generated_text_is_flagged_and_counted_from_the_c
             assert all(r.output_tokens == 3 and r.output_tokens_source == "chunks" for r in results)
         else:  # no chunks to count: the count stays the server's, flagged, for the report to reconcile
             assert all(r.output_tokens == 0 and r.output_text == "".join(_fault_module.TOKENS) for r in results)
+
+
+def lookups(url: str) -> int:
+    with urllib.request.urlopen(f"{url}/lookups", timeout=5) as response:
+        return json.load(response)["lookups"]
+
+
+@contextlib.contextmanager
+def fault_server_with(tmp_path, *args: str):
+    """A fault server of this test's own, started with ``args``; yields its URL."""
+    port = free_port()
+    with serving("fault server", [sys.executable, str(FAULT_SERVER), "--port", str(port), *args], port,
+                 tmp_path / "server.log"):
+        yield f"http://127.0.0.1:{port}"
+
+
+def test_the_model_is_looked_up_once_per_process_for_every_user(tmp_path):
+    """16 users start together without --model: one /v1/models request, and every user uses its answer."""
+    prompts = write_prompts(tmp_path / "chat.jsonl")
+    raw = tmp_path / "once_requests.jsonl"
+    with fault_server_with(tmp_path, "--models-delay", "1.5", "--models-id", "ok") as url:
+        proc = run_locust("chat.py", url, "-u", "16", "-r", "16", "--requests", "32", "--raw-log", str(raw),
+                          "--dataset", str(prompts))
+        assert proc.returncode == 0, output(proc)[-3000:]
+        assert lookups(url) == 1
+    results = read_results(raw)
+    assert len(results) == 32 and all(r.success for r in results)  # each sent the model "ok" it was told
+
+
+def test_a_hanging_model_lookup_fails_fast_with_its_own_timeout(tmp_path):
+    """/v1/models never answers in time: every user fails within --model-timeout, not after --timeout each."""
+    prompts = write_prompts(tmp_path / "chat.jsonl")
+    raw = tmp_path / "hang_requests.jsonl"
+    with fault_server_with(tmp_path, "--models-delay", "60") as url:
+        started = time.monotonic()
+        proc = run_locust("chat.py", url, "-u", "32", "-r", "32", "--requests", "32", "--raw-log", str(raw),
+                          "--model-timeout", "1", "--dataset", str(prompts), "--exit-code-on-error", "3")
+        took = time.monotonic() - started
+        asked = lookups(url)
+    log = output(proc)
+    assert proc.returncode == 3 and "Traceback" not in log, log[-3000:]  # Locust's --exit-code-on-error
+    results = read_results(raw)
+    assert len(results) == 32 and not any(r.success for r in results)
+    assert all("/v1/models did not answer within 1 s (pass --model to skip the look-up)" in r.error
+               for r in results), {r.error for r in results}
+    assert asked <= 4 and took < 30, (asked, took)  # one look-up at a time, shared by every waiting user

@@ -13,6 +13,9 @@ The request body's ``model`` picks the behaviour (``cycle`` rotates through
 * ``drop``: one token, then the connection is closed mid-body
 * ``zerousage`` (not in the cycle): three tokens and a usage of 0 completion tokens
 
+``GET /v1/models`` lists ``--models-id`` after ``--models-delay`` seconds (a slow
+or hanging look-up); ``GET /lookups`` says how many times it was asked.
+
 Run it standalone (``python fault_server.py --port P``) or in a thread
 (:func:`start_in_thread`). ``last_headers`` keeps the last request's headers and
 ``sent_times`` the epoch times the last ``slow`` answer's tokens were written.
@@ -78,7 +81,12 @@ class FaultHandler(BaseHTTPRequestHandler):
         if self.path == "/health":
             self.send_json(200, {"status": "ok"})
         elif self.path.endswith("/v1/models"):
-            self.send_json(200, {"object": "list", "data": [{"id": "fault", "object": "model"}]})
+            with self.server.lock:
+                self.server.lookups += 1
+            time.sleep(self.server.models_delay)
+            self.send_json(200, {"object": "list", "data": [{"id": self.server.models_id, "object": "model"}]})
+        elif self.path == "/lookups":
+            self.send_json(200, {"lookups": self.server.lookups})
         else:
             self.send_json(404, {"error": {"message": f"no route {self.path}", "type": "not_found_error"}})
 
@@ -179,9 +187,10 @@ class FaultServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, port: int, gap: float = 0.3):
+    def __init__(self, port: int, gap: float = 0.3, models_delay: float = 0.0, models_id: str = "fault"):
         super().__init__(("127.0.0.1", port), FaultHandler)
-        self.gap = gap
+        self.gap, self.models_delay, self.models_id = gap, models_delay, models_id
+        self.lookups, self.lock = 0, threading.Lock()
         self.cycle = itertools.cycle(CYCLE)
         self.last_headers: dict = {}
         self.sent_times: list[float] = []  # when each token of the last ``slow`` answer was written
@@ -202,8 +211,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--gap", type=float, default=0.3)
+    parser.add_argument("--models-delay", type=float, default=0.0)
+    parser.add_argument("--models-id", default="fault")
     args = parser.parse_args()
-    server = FaultServer(args.port, args.gap)
+    server = FaultServer(args.port, args.gap, args.models_delay, args.models_id)
     print(f"serving on {server.url}", flush=True)
     server.serve_forever()
 
