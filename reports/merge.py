@@ -222,7 +222,7 @@ def build_report(run: RunData, baseline: str | None = None, tokenizer: str | Non
                   capacity_ratios=sections.capacity_ratios(capacity, base),
                   goodput_steps=sections.goodput_steps(run), repeats=sections.repeat_rows(groups),
                   turns=sections.turn_rows(run), series=sections.server_series(run),
-                  prefix=sections.prefix_rows(groups, noise))
+                  prefix=sections.prefix_rows(groups, run.prefix_caching, noise))
 
 
 # --------------------------------------------------------------------------- writing
@@ -444,13 +444,15 @@ def section_lines(report: Report) -> list[str]:
                   "whole history).", "", render(body, ["cell", "turn", "requests", title("ttft_p50"),
                                                       title("e2e_p50")]), ""]
     if report.prefix:
-        body = [[r["mode"], "r%g/s" % r["rate"] if r["rate"] is not None else f"c{r['concurrency']}",
-                 title(r["metric"]), estimate_text(r["metric"], r["_off"]), estimate_text(r["metric"], r["_on"]),
-                 ratio_text(r["_iv"])] for r in report.prefix]
-        parts += [f"## Prefix caching ({sections.PREFIX_TASK} task)", "",
-                  f"TTFT with the prefix cache off (`{sections.PREFIX_OFF}`) and on (`{sections.PREFIX_ON}`); "
-                  "off / on above 1: the cache shortens the time to first token (`*`: significant).", "",
-                  render(body, ["mode", "level", "figure", "cache off", "cache on", "off / on [95 %]"]), ""]
+        body = [[f"{r['off_server']} / {r['on_server']}", r["task"], r["mode"],
+                 "r%g/s" % r["rate"] if r["rate"] is not None else f"c{r['concurrency']}", title(r["metric"]),
+                 estimate_text(r["metric"], r["_off"]), estimate_text(r["metric"], r["_on"]), ratio_text(r["_iv"])]
+                for r in report.prefix]
+        parts += ["## Prefix caching", "",
+                  "TTFT with the prefix cache off and on, on the same prompts; off / on above 1: the cache shortens "
+                  "the time to first token (`*`: significant).", "",
+                  render(body, ["cache off / on", "task", "mode", "level", "figure", "cache off", "cache on",
+                                "off / on [95 %]"]), ""]
     return parts
 
 

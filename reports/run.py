@@ -15,10 +15,8 @@ from typing import Callable
 
 from llmload.core.metrics import RequestResult, RunSummary, summarize
 from llmload.core.rawlog import read_results
-from llmload.core.runfiles import Cell, RunFolderError, read_capacity, read_cells, read_manifest
+from llmload.core.runfiles import DEFAULT_BASELINE, Cell, RunFolderError, read_capacity, read_cells, read_manifest
 from monitors.sampler import peak_usage, read_monitor
-
-DEFAULT_BASELINE = "vllm"
 
 
 class ReportError(RuntimeError):
@@ -80,6 +78,12 @@ class RunData:
             if entry.get("server") and entry["server"] not in names:
                 names.append(entry["server"])
         return names
+
+    @property
+    def prefix_caching(self) -> dict[str, bool]:
+        """Server name -> whether its prefix cache was on, for the servers run.json says have one to switch."""
+        return {entry["name"]: entry["prefix_caching"] for entry in self.manifest.get("servers") or []
+                if isinstance(entry, dict) and isinstance(entry.get("prefix_caching"), bool)}
 
     def groups(self) -> dict[tuple, list[CellData]]:
         """Cells by :func:`group_key` (repeats together), in matrix order."""

@@ -5,7 +5,7 @@
 * repeats (``--repeat``): the spread of the throughputs over repeats;
 * multi-turn conversations: TTFT and E2E by turn index;
 * server-side metrics (monitor columns from the server's ``/metrics``): series over time per cell;
-* prefix caching: ``vllm`` against ``vllm-prefix-cache`` on the ``prefix`` task.
+* prefix caching: a server with its prefix cache off against one with it on (run.json says which), per task.
 
 Each builder returns plain rows (dicts); :mod:`reports.merge` renders them and
 :mod:`reports.plots` draws them.
@@ -24,7 +24,6 @@ from reports.run import RunData
 LAG_WARN_S = 0.005
 #: Monitor columns from the server's own metrics.
 SERVER_SERIES = ("server_running", "server_waiting", "server_kv_cache_pct", "server_prefix_cache_hit_pct")
-PREFIX_OFF, PREFIX_ON, PREFIX_TASK = "vllm", "vllm-prefix-cache", "prefix"
 THROUGHPUTS = ("request_throughput", "output_token_throughput", "goodput")
 
 
@@ -242,37 +241,40 @@ def server_series(run: RunData) -> list[dict]:
 # --------------------------------------------------------------------------- (f) prefix caching
 
 
-PREFIX_COLUMNS = ["mode", "concurrency", "rate", "metric", "off", "off_ci_low", "off_ci_high", "on", "on_ci_low",
-                  "on_ci_high", "ratio", "ci_low", "ci_high", "significant", "method"]
+PREFIX_COLUMNS = ["off_server", "on_server", "task", "mode", "concurrency", "rate", "metric", "off", "off_ci_low",
+                  "off_ci_high", "on", "on_ci_low", "on_ci_high", "ratio", "ci_low", "ci_high", "significant",
+                  "method"]
 
 
-def prefix_rows(groups: list[dict], noise: float = CELL_NOISE) -> list[dict]:
-    """TTFT p50/p99 with the prefix cache off (``vllm``) and on (``vllm-prefix-cache``) on the prefix task,
-    and off / on with its paired interval."""
+def prefix_rows(groups: list[dict], caching: dict[str, bool], noise: float = CELL_NOISE) -> list[dict]:
+    """TTFT p50/p99 of each server with its prefix cache off against each with it on (``caching``: server name
+    -> cache on), in the cells both ran (same task, mode and level), and off / on with its paired interval."""
     def point(r):
-        return (r["mode"], r["concurrency"], r.get("rate"), r.get("phase"))
+        return (r["task"], r["mode"], r["concurrency"], r.get("rate"), r.get("phase"))
 
-    on = {point(r): r for r in groups if r["server"] == PREFIX_ON and r["task"] == PREFIX_TASK
-          and r["status"] == "ok"}
+    ok = [r for r in groups if r["status"] == "ok" and r["server"] in caching]
     rows = []
-    for off in groups:
-        if off["server"] != PREFIX_OFF or off["task"] != PREFIX_TASK or off["status"] != "ok":
-            continue
-        cached = on.get(point(off))
-        if cached is None:
-            continue
-        found = ratio_intervals(off["_requests"], cached["_requests"], ("ttft_p50", "ttft_p99"),
-                                ("prefix",) + point(off), noise, off["_cells"], cached["_cells"])
-        for column in ("ttft_p50", "ttft_p99"):
-            if column not in found:
+    for on_server in (name for name, on in caching.items() if on):
+        on = {point(r): r for r in ok if r["server"] == on_server}
+        for off in (r for r in ok if not caching[r["server"]]):
+            cached = on.get(point(off))
+            if cached is None:
                 continue
-            iv, method = found[column]
-            a, b = off.get("_iv", {}).get(column), cached.get("_iv", {}).get(column)
-            rows.append({"mode": off["mode"], "concurrency": off["concurrency"], "rate": off.get("rate"),
-                         "metric": column, "off": off.get(column), "off_ci_low": a.low if a else None,
-                         "off_ci_high": a.high if a else None, "on": cached.get(column),
-                         "on_ci_low": b.low if b else None, "on_ci_high": b.high if b else None,
-                         "ratio": iv.value if iv.value is not None else ratio(off.get(column), cached.get(column)),
-                         "ci_low": iv.low, "ci_high": iv.high, "significant": iv.significant, "method": method,
-                         "_iv": iv, "_off": off, "_on": cached})
+            found = ratio_intervals(off["_requests"], cached["_requests"], ("ttft_p50", "ttft_p99"),
+                                    ("prefix", off["server"], on_server) + point(off), noise, off["_cells"],
+                                    cached["_cells"])
+            for column in ("ttft_p50", "ttft_p99"):
+                if column not in found:
+                    continue
+                iv, method = found[column]
+                a, b = off.get("_iv", {}).get(column), cached.get("_iv", {}).get(column)
+                rows.append({"off_server": off["server"], "on_server": on_server, "task": off["task"],
+                             "mode": off["mode"], "concurrency": off["concurrency"], "rate": off.get("rate"),
+                             "metric": column, "off": off.get(column), "off_ci_low": a.low if a else None,
+                             "off_ci_high": a.high if a else None, "on": cached.get(column),
+                             "on_ci_low": b.low if b else None, "on_ci_high": b.high if b else None,
+                             "ratio": iv.value if iv.value is not None else ratio(off.get(column),
+                                                                                  cached.get(column)),
+                             "ci_low": iv.low, "ci_high": iv.high, "significant": iv.significant,
+                             "method": method, "_iv": iv, "_off": off, "_on": cached})
     return rows

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from llmload.core.cliargs import non_negative_int, positive_float, positive_int
 from llmload.core.model_store import ModelNotAvailable, resolve_model, served_model_name
-from llmload.core.services import ServiceError, ServiceProcess, port_in_use
+from llmload.core.services import ServiceError, ServiceProcess, local_url, port_in_use
 from server.engines.hf_model import check_local_model
 
 DEFAULT_START_TIMEOUT_S = 600.0
@@ -117,7 +117,7 @@ def start_vllm(settings: VLLMSettings, log_path: Path, timeout: float = DEFAULT_
                           "vllm on GPU machines) or `pip install vllm`")
     if port_in_use(settings.port):
         raise ServiceError(f"port {settings.port} is already in use: stop what runs there or choose another port")
-    proc = ServiceProcess("vLLM", settings.command(), f"http://127.0.0.1:{settings.port}/health", log_path,
+    proc = ServiceProcess("vLLM", settings.command(), local_url(settings.port, "/health"), log_path,
                           env=settings.env())
     proc.start()
     try:

@@ -25,6 +25,8 @@ MANIFEST = "run.json"
 CELLS = "cells.jsonl"
 CAPACITY = "capacity.jsonl"
 #: What became of a cell.
+#: The server every ratio is taken against when neither the command nor run.json names one (when the run has it).
+DEFAULT_BASELINE = "vllm"
 STATUSES = ("pending", "running", "ok", "failed", "skipped", "interrupted")
 
 

@@ -106,7 +106,7 @@ class Runner:
             "started": dt.datetime.now().isoformat(timespec="seconds"),
             "command": " ".join(["python -m llmload.runner"] + [shlex.quote(a) for a in sys.argv[1:]]),
             "settings": settings,
-            "servers": [asdict(t) for t in self.targets],
+            "servers": [{**asdict(t), "prefix_caching": self.kinds[t.name].prefix_caching} for t in self.targets],
             "baseline": args.baseline,
             "slo": args.slo.to_dict() if args.slo else None, "slo_target": args.slo_target,
             "plan": {**asdict(self.plan), "cells": self.progress.total},

@@ -44,6 +44,7 @@ class TargetKind(ABC):
     health_path: str = "/health"
     metrics_path: str | None = "/metrics"  # Prometheus text, where the server has it
     external: bool = False  # already running at a URL: never started nor stopped here
+    prefix_caching: bool | None = None  # its prefix cache on or off; None: no prefix cache to switch
 
     def unavailable(self) -> str | None:
         """Why this kind cannot run here (one line), or None."""

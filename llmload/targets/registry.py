@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from llmload.core.runfiles import DEFAULT_BASELINE
 from llmload.core.services import ServiceError
 from llmload.targets.base import Target, TargetKind
 from llmload.targets.basic import BasicServer
@@ -34,7 +35,7 @@ for _kind in (
 #: Short names accepted wherever a server kind is named.
 ALIASES = {"basic": "basic-naive", "naive": "basic-naive", "batched": "basic-batched",
            "batched-plain": "basic-batched-plain"}
-DEFAULT_BASELINE = "vllm"
+__all__ = ["ALIASES", "DEFAULT_BASELINE", "KINDS", "get_kind", "parse_targets", "register", "targets_type"]
 
 
 def get_kind(name: str) -> TargetKind:

@@ -129,20 +129,25 @@ def test_server_side_metrics_are_plotted_and_their_peaks_summarised(tmp_path):
 
 
 def test_prefix_cache_off_against_on(tmp_path):
-    run = ScriptedRun(tmp_path / "run")
+    """Servers pair by what run.json says of their prefix cache, whatever their names; every task both ran."""
+    servers = [{"name": "off", "kind": "vllm", "url": None, "prefix_caching": False},
+               {"name": "on", "kind": "vllm-prefix-cache", "url": None, "prefix_caching": True},
+               {"name": "basic", "kind": "basic-batched", "url": None, "prefix_caching": None}]
+    run = ScriptedRun(tmp_path / "run", manifest={"servers": servers})
     rng = np.random.default_rng(1)
-    for server, ttft in (("vllm", 0.2), ("vllm-prefix-cache", 0.05)):
+    for server, ttft in (("off", 0.2), ("on", 0.05), ("basic", 0.3)):
         run.add(server, "prefix", "stream", 2, closed_loop(ttft * rng.uniform(0.9, 1.1, 24), 2, task="prefix",
                                                            prompts=12))
-    run.add("vllm", "qa", "stream", 2, closed_loop([0.1] * 12, 2))  # another task: not in the section
+    run.add("off", "qa", "stream", 2, closed_loop([0.1] * 12, 2))  # the cache-on server did not run qa
     md = merged(run, tmp_path / "r")
-    rows = {r["metric"]: r for r in read_csv(tmp_path / "r" / "prefix_cache.csv")}
-    assert set(rows) == {"ttft_p50", "ttft_p99"}
-    p50 = rows["ttft_p50"]
+    rows = {(r["off_server"], r["on_server"], r["task"], r["metric"]): r
+            for r in read_csv(tmp_path / "r" / "prefix_cache.csv")}
+    assert set(rows) == {("off", "on", "prefix", "ttft_p50"), ("off", "on", "prefix", "ttft_p99")}
+    p50 = rows[("off", "on", "prefix", "ttft_p50")]
     assert 3.3 < float(p50["ratio"]) < 4.7 and p50["significant"] == "True" and p50["method"] == "paired"
     assert float(p50["off"]) > float(p50["on"])
-    assert rows["ttft_p99"]["significant"] == ""  # 24 requests: too few for a p99
-    assert "## Prefix caching (prefix task)" in md
+    assert rows[("off", "on", "prefix", "ttft_p99")]["significant"] == ""  # 24 requests: too few for a p99
+    assert "## Prefix caching" in md and "| off / on " in md
 
 
 def test_a_real_open_loop_run_with_repeats_warmup_and_an_slo(tmp_path, prompt_dir16):
