@@ -14,6 +14,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from locust_helpers import locust_command, output, read_stats, run_locust, write_prompts
@@ -25,19 +26,15 @@ from llmload.core.services import free_port
 REQUESTS = 37  # not a multiple of the users: the budget must stop at exactly this many
 
 
-def test_master_and_two_workers(mock_server, tmp_path):
-    url, _ = mock_server
-    prompts = write_prompts(tmp_path / "chat.jsonl")
-    prefix = tmp_path / "dist"
+def run_cluster(url: str, prefix: Path, *args: str) -> None:
+    """A headless master with two local workers, to its end; asserts that all three exit cleanly."""
     port = free_port()
     worker_cmd = locust_command("chat.py", url, "--worker", "--master-host", "127.0.0.1", "--master-port", str(port))
     workers = [subprocess.Popen(worker_cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True) for _ in range(2)]
     try:
         master = run_locust("chat.py", url, "--master", "--expect-workers", "2", "--master-bind-host", "127.0.0.1",
-                            "--master-bind-port", str(port), "-u", "8", "-r", "8", "-t", "60s", "--csv", str(prefix),
-                            "--requests", str(REQUESTS), "--mode", "stream", "--max-tokens", "10", "--ignore-eos",
-                            "--dataset", str(prompts), timeout=120)
+                            "--master-bind-port", str(port), "-t", "60s", "--csv", str(prefix), *args, timeout=120)
         worker_logs = [w.communicate(timeout=30)[0] for w in workers]
     finally:
         for w in workers:
@@ -47,6 +44,14 @@ def test_master_and_two_workers(mock_server, tmp_path):
     assert master.returncode == 0, log[-3000:]
     assert all(w.returncode == 0 for w in workers), [text[-2000:] for text in worker_logs]
     assert "Traceback" not in log + "".join(worker_logs)
+
+
+def test_master_and_two_workers(mock_server, tmp_path):
+    url, _ = mock_server
+    prompts = write_prompts(tmp_path / "chat.jsonl")
+    prefix = tmp_path / "dist"
+    run_cluster(url, prefix, "-u", "8", "-r", "8", "--requests", str(REQUESTS), "--mode", "stream", "--max-tokens",
+                "10", "--ignore-eos", "--dataset", str(prompts))
 
     results = read_results(f"{prefix}_requests.jsonl")
     assert len(results) == REQUESTS
@@ -66,6 +71,25 @@ def test_master_and_two_workers(mock_server, tmp_path):
     assert float(total["Average Response Time"]) == pytest.approx(s.get("e2e", "mean") * 1000, abs=0.01)
     assert abs(s.get("ttft", "mean") * 1000 - 200) < 40 and abs(s.get("tpot", "mean") * 1000 - 20) < 3
 
+
+
+def test_an_open_loop_with_warmup_keeps_one_schedule_over_both_workers(mock_server, tmp_path):
+    """--rate and --warmup are the master's: one constant schedule and one warm-up over the whole cluster."""
+    url, _ = mock_server
+    prompts = write_prompts(tmp_path / "chat.jsonl")
+    prefix = tmp_path / "open"
+    rate, n, warmup = 20.0, 60, 5
+    run_cluster(url, prefix, "-u", "16", "-r", "16", "--requests", str(n), "--warmup", str(warmup), "--rate",
+                str(rate), "--arrival", "constant", "--max-tokens", "4", "--dataset", str(prompts))
+    results = sorted(read_results(f"{prefix}_requests.jsonl"), key=lambda r: r.intended_start)
+    assert len(results) == n and all(r.success for r in results) and len({r.worker for r in results}) == 2
+    gaps = np.diff([r.intended_start for r in results])
+    assert np.allclose(gaps, 1.0 / rate, atol=1e-6)  # one schedule, however the tickets were shared out
+    assert [r.warmup for r in results] == [True] * warmup + [False] * (n - warmup)
+    lags = [r.start_time - r.intended_start for r in results]
+    assert min(lags) > -0.002 and np.percentile(lags, 99) < 0.05, sorted(lags)[-3:]
+    stats = read_stats(prefix)
+    assert int(stats[("", "Aggregated")]["Request Count"]) == n - warmup  # warm-up left out of the stats
 
 
 def test_a_lost_worker_returns_its_tickets_and_the_run_still_ends(tmp_path, server_factory):
