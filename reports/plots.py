@@ -73,6 +73,9 @@ def draw(ax, lines, palette: dict[str, str], scale: float = 1.0, log2_x: bool = 
             ax.errorbar([b[0] for b in bars], [b[1] for b in bars],
                         yerr=[[max(b[1] - b[2], 0) for b in bars], [max(b[3] - b[1], 0) for b in bars]],
                         fmt="none", ecolor=color, alpha=0.6, capsize=3)
+    if any(not p[4] for points in lines.values() for p in points):
+        ax.text(0.01, 0.01, "hollow: too few requests for this percentile (not an estimate)", fontsize=6,
+                color="grey", transform=ax.transAxes)
     if lines:
         if log2_x:
             levels = sorted({p[0] for pts in lines.values() for p in pts})

@@ -56,9 +56,9 @@ def test_sigkill_loses_nothing_that_finished_a_second_earlier(zero_delay_mock, t
     proc, raw = start_run(url, tmp_path)
     try:
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and (not raw.is_file() or raw.stat().st_size < 200_000):
+        while time.monotonic() < deadline and (not raw.is_file() or raw.stat().st_size < 300_000):
             time.sleep(0.2)
-        time.sleep(1.0)
+        time.sleep(2.0)  # so that a second before the kill, the log already held some 600 records
         killed_at = time.time()
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=30)

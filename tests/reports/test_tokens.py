@@ -10,16 +10,17 @@ from report_helpers import FakeOpenAI, read_csv, run_module, run_runner
 
 @pytest.fixture(scope="module")
 def usage_run(tmp_path_factory, prompt_dir):
-    """mock (honest usage), ``liar`` (usage 2 below the generated tokens) and ``zero`` (usage 0), sync and stream."""
+    """mock (honest usage), ``liar`` (usage 2 below the generated tokens), ``zero`` (usage 0) and ``silent`` (no
+    usage at all), sync and stream."""
     folder = tmp_path_factory.mktemp("usage")
-    liar, zero = FakeOpenAI(lambda n: n - 2), FakeOpenAI(lambda n: 0)
+    fakes = {"liar": FakeOpenAI(lambda n: n - 2), "zero": FakeOpenAI(lambda n: 0), "silent": FakeOpenAI(lambda n: None)}
     try:
-        run_runner("--servers", f"mock,liar={liar.url},zero={zero.url}", "--tasks", "qa", "--modes", "sync,stream",
-                   "--parallel", "2", "--requests", "8", "--max-tokens", "8", "--data-dir", str(prompt_dir),
-                   "--out", str(folder / "run"), "--no-report")
+        run_runner("--servers", ",".join(["mock"] + [f"{name}={fake.url}" for name, fake in fakes.items()]),
+                   "--tasks", "qa", "--modes", "sync,stream", "--parallel", "2", "--requests", "8", "--max-tokens", "8",
+                   "--data-dir", str(prompt_dir), "--out", str(folder / "run"), "--no-report")
     finally:
-        liar.close()
-        zero.close()
+        for fake in fakes.values():
+            fake.close()
     return folder / "run"
 
 
@@ -36,9 +37,12 @@ def test_under_reported_and_zero_usage_are_flagged(usage_run, tmp_path, default_
     zero = servers["zero"]
     assert zero["usage_zero"] == "16" and zero["compared"] == "0"
     assert zero["verdict"] == "FLAG: usage 0 beside generated text in 16 requests"
-    assert "- liar: FLAG" in md and "- zero: FLAG" in md
+    silent = servers["silent"]
+    assert silent["usage_missing"] == "16" and silent["usage_reported"] == "0"
+    assert silent["verdict"] == "FLAG: usage missing in 16 requests"
+    assert "- liar: FLAG" in md and "- zero: FLAG" in md and "- silent: FLAG" in md
     requests = read_csv(tmp_path / "tokens_requests.csv")
-    assert len(requests) == 48
+    assert len(requests) == 64
     assert {(r["output_tokens"], r["tokenizer_tokens"], r["difference"]) for r in requests
             if r["server"] == "liar"} == {("6", "8", "-2")}
     # throughput counts the server's figure and says where it came from
