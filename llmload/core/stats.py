@@ -41,8 +41,7 @@ SEED = 20261202
 #: of a mean covers 91 % at 10 values, 93 % at 15, 94-95 % from 36 on).
 MIN_MEAN_SAMPLES = 10
 #: Relative standard deviation of one cell's figure between identical setups (run-to-run noise), used where
-#: repeats cannot measure it. Between five identical mock runs on the 2-core development machine a figure
-#: varied by 0.4 % (E2E p50) to 5 % (TPOT mean) per cell, throughput 2.4 % (docs/statistics.md).
+#: repeats cannot measure it (how it was measured: docs/statistics.md).
 CELL_NOISE = 0.03
 #: Samples of at least this many values take their bootstrap percentiles from a window of ranks.
 WINDOW_VALUES = 4096
