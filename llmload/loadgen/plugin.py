@@ -46,7 +46,7 @@ from gevent.event import AsyncResult
 
 import locust
 from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
-from locust.stats import PERCENTILES_TO_REPORT, StatsCSV
+from locust.stats import PERCENTILES_TO_REPORT, StatsCSV, StatsError
 
 from llmload.core.metrics import METRICS, RequestMetrics, RequestResult, request_metrics
 from llmload.core.rawlog import RawLogWriter
@@ -61,6 +61,7 @@ from llmload.loadgen.schedule import Schedule
 log = logging.getLogger("llmload")
 
 METRIC_TYPE = "METRIC"
+SLO_MISSED = "missed the SLO"
 MSG_TICKET = "llmload_ticket"
 MSG_TICKET_REPLY = "llmload_ticket_reply"
 MSG_RESULT = "llmload_result"
@@ -430,7 +431,11 @@ class LoadPlugin:
             entry = stats.get(metric_row_name(result.task, f"SLO {self.settings.slo.describe()}"), METRIC_TYPE)
             entry.log(metrics.e2e * 1000.0, metrics.output_tokens)
             if not result.slo_ok:
+                # a failure of the row, and one line of Locust's error table (which sets the exit code),
+                # not of the Aggregated row, which counts real requests only
                 entry.log_error(None)
+                key = StatsError.create_key(METRIC_TYPE, entry.name, SLO_MISSED)
+                stats.errors.setdefault(key, StatsError(METRIC_TYPE, entry.name, SLO_MISSED)).occurred()
 
     def _finish(self, why: str) -> None:
         options = self.environment.parsed_options

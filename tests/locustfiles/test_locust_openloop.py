@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from locust_helpers import output, read_stats, run_locust, write_prompts
+from locust_helpers import output, read_failures, read_stats, run_locust, write_prompts
 from llmload.core.metrics import request_metrics, summarize
 from llmload.core.rawlog import read_results
 
@@ -96,6 +96,11 @@ def test_slo_attainment_and_goodput_in_the_log_the_stats_and_the_summary(fast_mo
         summary = json.loads(Path(f"{prefix}_summary.json").read_text())["summary"]
         assert summary["slo_attainment"] == (100.0 if met else 0.0)
         assert (summary["goodput"] > 0) is met
+        assert proc.returncode == (0 if met else 1)  # missed targets are failures: Locust's exit code says so
+        failures = read_failures(prefix)
+        assert failures == ({} if met else {"missed the SLO": 20}), failures
+        total = read_stats(prefix)[("", "Aggregated")]
+        assert (int(total["Request Count"]), int(total["Failure Count"])) == (20, 0)  # real requests only
 
 
 @pytest.mark.parametrize("shape, users, seconds", [(("--stages", "3s:2,3s:5"), {2, 5}, 6.0),
