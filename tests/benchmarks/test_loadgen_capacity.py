@@ -12,6 +12,8 @@ from benchmarks.loadgen_capacity import (
     accuracy_verdicts,
     estimate_intended_starts,
     main,
+    rate_verdicts,
+    sustained_over,
     vllm_bench_available,
     vllm_bench_results,
 )
@@ -106,14 +108,26 @@ def _measured(tool: str, users: int, p50: float) -> Measurement:
                        ttft_error_ms={"p50": p50, "p90": p50 * 2, "max": p50 * 3})
 
 
-def test_accuracy_verdict_names_the_first_user_count_past_the_limit():
+def test_accuracy_verdict_names_the_user_count_from_which_the_error_stays_past_the_limit():
     rows = [_measured("locust", 1, 0.5), _measured("locust", 64, 6.0), _measured("locust", 16, 2.0),
-            _measured("vllm-bench", 1, 0.4), _measured("vllm-bench", 64, 2.0)]
+            _measured("vllm-bench", 1, 0.4), _measured("vllm-bench", 64, 2.0), _measured("vllm-bench", 16, 2.6)]
     assert accuracy_verdicts(rows, 5.0) == [
-        "locust: TTFT error p50 passes 5 ms at 64 users (6.0 ms at 6,400 chunks/s); "
-        "p90 passes 5 ms at 64 users (12.0 ms at 6,400 chunks/s)",
+        "locust: TTFT error p50 passes 5 ms from 64 users on (6.0 ms at 6,400 chunks/s); "
+        "p90 passes 5 ms from 64 users on (12.0 ms at 6,400 chunks/s)",
         "vllm-bench: TTFT error p50 stays under 5 ms up to 64 users (6,400 chunks/s; 2.00 ms); "
-        "p90 stays under 5 ms up to 64 users (6,400 chunks/s; 4.00 ms)"]
+        "p90 stays under 5 ms up to 64 users (6,400 chunks/s; 4.00 ms) (once at 16 users, not above it)"]
+
+
+def test_a_level_past_the_limit_alone_is_a_spike_not_the_verdict():
+    levels = [(25, 6.6), (50, 3.2), (100, 7.2), (200, 3.0), (400, 2.2), (800, 12.7)]
+    assert sustained_over(levels, 5.0) == (800, [25, 100])
+    assert sustained_over(levels[:-1], 5.0) == (None, [25, 100])
+    assert sustained_over([(1, 9.0), (2, 8.0)], 5.0) == (1, [])
+    rows = [Measurement("locust", Workload("rate", 256, 400, 4, rate), requests=400, achieved_rate=rate,
+                        lag_ms={"p50": 1.0, "p99": lag, "max": lag}) for rate, lag in levels]
+    assert rate_verdicts(rows, 5.0) == [
+        "locust: dispatch lag p99 passes 5 ms from 800 req/s on (12.7 ms, achieved 800.0 req/s); 2.20 ms at 400 "
+        "req/s (once at 25, 100 req/s, not above it)"]
 
 
 @pytest.mark.parametrize("argv, message", [
