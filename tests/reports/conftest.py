@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from report_helpers import make_data, run_runner, start_mock
+from prompt_sets import make_data
+from report_helpers import run_runner, start_mock
 
 
 @pytest.fixture(scope="session")

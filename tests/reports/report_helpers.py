@@ -12,21 +12,10 @@ import numpy as np
 
 from llmload.core.metrics import RequestResult
 from llmload.core.rawlog import write_results
-from llmload.core.records import PromptRecord, write_records
 from llmload.core.runfiles import Cell, append_cell, write_manifest
 from llmload.core.services import ServiceProcess, free_port, local_url
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def make_data(folder: Path, tasks=("qa",), n=8) -> Path:
-    """Prompt sets of ``n`` short prompts per task, ids ``<task>-<i>``."""
-    for task in tasks:
-        write_records(folder / f"{task}.jsonl", [
-            PromptRecord(id=f"{task}-{i}", task=task, source="test", prompt=f"Answer briefly: what is {i} + {i}?",
-                         messages=[{"role": "user", "content": f"Answer briefly: what is {i} + {i}?"}],
-                         max_tokens=16, input_tokens=12) for i in range(n)])
-    return folder
 
 
 def run_module(module: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import psutil
 
-from llmload.core.records import PromptRecord, write_records
 from llmload.runner.cli import main as runner_main
 from llmload.targets import TargetKind, TargetSettings, register
 from llmload.targets.basic import basic_server_command
@@ -54,15 +53,6 @@ class NeverReady(TargetKind):
 def register_fakes() -> None:
     register(RenamedMock())
     register(NeverReady())
-
-
-def make_data(folder: Path, tasks=("qa",), n=8) -> Path:
-    for task in tasks:
-        write_records(folder / f"{task}.jsonl", [
-            PromptRecord(id=f"{task}-{i}", task=task, source="test", prompt=f"Answer briefly: what is {i} + {i}?",
-                         messages=[{"role": "user", "content": f"Answer briefly: what is {i} + {i}?"}],
-                         max_tokens=16, input_tokens=12) for i in range(n)])
-    return folder
 
 
 def run_runner(*args: str, timeout: float = 600, merged: bool = False, fakes: bool = False

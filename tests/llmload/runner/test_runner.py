@@ -17,7 +17,8 @@ from llmload.runner.matrix import Runner
 from llmload.runner.options import build_parser, resolve
 from llmload.targets import KINDS, register
 from llmload.targets.basic import basic_server_command
-from runner_helpers import RenamedMock, make_data, read_summary, run_runner
+from prompt_sets import make_data
+from runner_helpers import RenamedMock, read_summary, run_runner
 
 PROGRESS = re.compile(r"^\[(\d+)/(\d+)\] (\S+) (\w+) (\w+) c=(\d+): (\d+) req, (\d+) failed, E2E p50 \d+ ms"
                       r"(, TTFT p50 \d+ ms)?, [\d.]+ tok/s \(\d+s\); (about \d+ (s|min) left|done)$")

@@ -11,7 +11,8 @@ from llmload.core.rawlog import read_results
 from llmload.core.runfiles import read_cells
 from llmload.runner.interrupts import Interrupted, StopSignal
 from monitors.sampler import peak_usage, read_monitor
-from runner_helpers import (SIGNALS, cell_records, descendants, line_count, locust_count, make_data, send,
+from prompt_sets import make_data
+from runner_helpers import (SIGNALS, cell_records, descendants, line_count, locust_count, send,
                             start_runner, stop_leftovers, wait_for)
 
 #: 200 ms per token: a request of 6 tokens takes 1.2 s, so 20 requests at 2 users keep the cell going for 12 s.

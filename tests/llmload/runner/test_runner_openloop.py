@@ -11,7 +11,8 @@ from llmload.core.rawlog import read_results
 from llmload.core.runfiles import read_capacity, read_cells
 from llmload.runner.cell import loadgen_flags
 from llmload.runner.plan import sweep_rates
-from runner_helpers import make_data, run_runner
+from prompt_sets import make_data
+from runner_helpers import run_runner
 
 pytestmark = pytest.mark.skipif("--rate" not in loadgen_flags(),
                                 reason="the load generator has no --rate yet (python -m llmload.loadgen)")
