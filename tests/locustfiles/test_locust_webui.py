@@ -15,6 +15,7 @@ import statistics
 import subprocess
 import time
 import urllib.request
+from pathlib import Path
 from types import SimpleNamespace
 
 from locust_helpers import ITL_MS, TTFT_MS, locust_command, output, run_locust, write_prompts
@@ -270,7 +271,8 @@ def report_parts(page: str) -> tuple[dict, dict]:
     return dict(zip(titles, cells[: len(titles)])), json.loads(data.group(1))
 
 
-def test_html_report_has_the_llm_table_and_charts(mock_server, tmp_path):
+def html_report_run(mock_server, tmp_path) -> Path:
+    """A 24-request run against the mock with the monitor on; Locust's ``--html`` report (its path)."""
     url, server_pid = mock_server
     prompts = write_prompts(tmp_path / "chat.jsonl")
     report = tmp_path / "report.html"
@@ -278,7 +280,11 @@ def test_html_report_has_the_llm_table_and_charts(mock_server, tmp_path):
                       "--max-tokens", "10", "--ignore-eos", "--dataset", str(prompts), "--csv", str(tmp_path / "run"),
                       "--monitor-pid", str(server_pid), "--html", str(report))
     assert proc.returncode == 0, output(proc)[-3000:]
-    page = report.read_text(encoding="utf-8")
+    return report
+
+
+def test_html_report_has_the_llm_table_and_charts(mock_server, tmp_path):
+    page = html_report_run(mock_server, tmp_path).read_text(encoding="utf-8")
     assert '"requests_statistics"' in page and "window.templateArgs" in page  # Locust's own report is intact
     assert page.count(webui.REPORT_BEGIN) == 1 and page.index(webui.REPORT_END) < page.rindex("</body>")
     row, data = report_parts(page)

@@ -26,10 +26,10 @@ import time
 
 import pytest
 
-from locust_helpers import locust_command, output, run_locust, write_prompts
+from locust_helpers import locust_command, write_prompts
 from llmload.core.paths import REPO_ROOT
 from llmload.core.services import free_port
-from test_locust_webui import TTFT_HIGH_MS, TTFT_LOW_MS
+from test_locust_webui import TTFT_HIGH_MS, TTFT_LOW_MS, html_report_run
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = [
@@ -166,13 +166,7 @@ def test_llm_tab_draws_live_charts_in_chromium(mock_server, browser_page, tmp_pa
 
 
 def test_html_report_draws_the_llm_charts_in_chromium(mock_server, browser_page, tmp_path):
-    url, server_pid = mock_server
-    prompts = write_prompts(tmp_path / "chat.jsonl")
-    report = tmp_path / "report.html"
-    proc = run_locust("chat.py", url, "-u", "2", "-r", "2", "--requests", "24", "-t", "60s",
-                      "--max-tokens", "10", "--ignore-eos", "--dataset", str(prompts), "--csv", str(tmp_path / "run"),
-                      "--monitor-pid", str(server_pid), "--html", str(report))
-    assert proc.returncode == 0, output(proc)[-3000:]
+    report = html_report_run(mock_server, tmp_path)
     page = browser_page
     page.goto(report.as_uri())
     shown = wait_for(page, lambda s: s["charts"].get("ttft", 0) >= 2 and s["table"], timeout_s=15)
