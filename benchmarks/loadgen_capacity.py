@@ -60,13 +60,13 @@ from llmload.core.model_store import ModelNotAvailable, resolve_model
 from llmload.core.paths import REPO_ROOT
 from llmload.core.rawlog import read_results
 from llmload.core.records import PromptRecord, write_records
-from llmload.core.services import ServiceError, ServiceProcess, free_port, local_url
+from llmload.core.services import ServiceError
 from llmload.core.stats import min_samples
 from llmload.core.tables import render
 
 from monitors.sampler import read_monitor, start_monitor
 
-from benchmarks.recording_mock import measurement_errors_ms, server_truth
+from benchmarks.recording_mock import measurement_errors_ms, server_truth, start_recording_mock
 
 TOOLS = ("locust", "vllm-bench")
 PARTS = ("capacity", "accuracy", "rate")
@@ -125,19 +125,6 @@ class Measurement:
 
 
 # --------------------------------------------------------------------------- the server
-
-
-def start_recording_mock(record: Path, ttft_ms: float, itl_ms: float, log: Path) -> tuple[ServiceProcess, str]:
-    """The recording mock on a free port (ready once ``/health`` answers); the process and its base URL."""
-    port = free_port()
-    command = [sys.executable, "-m", "benchmarks.recording_mock", "--port", str(port), "--record", str(record),
-               "--mock-ttft-ms", str(ttft_ms), "--mock-itl-ms", str(itl_ms)]
-    env = {"PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)}
-    proc = ServiceProcess("recording mock server", command, local_url(port, "/health"), log, env=env,
-                          cwd=REPO_ROOT)
-    proc.start()
-    proc.wait_ready(60)
-    return proc, local_url(port)
 
 
 # --------------------------------------------------------------------------- the tools
@@ -512,7 +499,8 @@ def run_benchmark(args: argparse.Namespace, work: Path, tools: list[str], tokeni
         ttft, itl = part_schedule(part, args)
         record = work / f"{part}_server_record.jsonl"
         print(f"== {part}: mock server with TTFT {ttft:g} ms, ITL {itl:g} ms", file=sys.stderr, flush=True)
-        server, url = start_recording_mock(record, ttft, itl, work / f"{part}_server.log")
+        server = start_recording_mock(record, ttft, itl, work / f"{part}_server.log")
+        url = server.base_url
         try:
             for load in (w for w in workloads(args) if w.part == part):
                 for tool in tools:

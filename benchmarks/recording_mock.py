@@ -26,7 +26,9 @@ from __future__ import annotations
 import argparse
 import contextvars
 import json
+import os
 import re
+import sys
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -34,6 +36,8 @@ from pathlib import Path
 import uvicorn
 
 from llmload.core.metrics import RequestResult, request_metrics
+from llmload.core.paths import REPO_ROOT
+from llmload.targets import RunningTarget, Target, TargetKind, TargetSettings, start_target
 from server.app import create_app
 from server.engines.mock import MockEngine
 from server.settings import ServerSettings
@@ -159,6 +163,32 @@ def measurement_errors_ms(measured: list[RequestResult], truth: list[RequestResu
         if got is not None and want is not None:
             errors.append((got - want) * 1000.0)
     return errors
+
+
+class RecordingMock(TargetKind):
+    """This server as a server under test, recording into ``record``: the benchmarks start it as they start
+    every server (:func:`llmload.targets.start_target`), with the settings' mock schedule."""
+
+    name = "recording-mock"
+    description = "the mock engine, recording when each token left it (the benchmarks' ground truth)"
+    needs_model = False
+
+    def __init__(self, record: Path):
+        self.record = Path(record)
+
+    def command(self, settings: TargetSettings, port: int) -> list[str]:
+        return [sys.executable, "-m", "benchmarks.recording_mock", "--port", str(port), "--record", str(self.record),
+                "--mock-ttft-ms", f"{settings.mock_ttft_ms:g}", "--mock-itl-ms", f"{settings.mock_itl_ms:g}"]
+
+    def env(self, settings: TargetSettings) -> dict[str, str]:
+        return {"PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)}
+
+
+def start_recording_mock(record: Path, ttft_ms: float, itl_ms: float, log: Path) -> RunningTarget:
+    """The recording mock on a free port, started as every server under test is, and healthy (stop it)."""
+    kind = RecordingMock(record)
+    settings = TargetSettings(mock_ttft_ms=ttft_ms, mock_itl_ms=itl_ms, start_timeout=60.0)
+    return start_target(Target(kind.name, kind.name), kind, settings, log, progress=False)
 
 
 def main() -> None:

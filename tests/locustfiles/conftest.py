@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 
-from llmload.core.paths import REPO_ROOT
+from benchmarks.recording_mock import start_recording_mock
 from llmload.core.services import free_port
 from llmload.targets.basic import basic_server_command
 from locust_helpers import ITL_MS, TTFT_MS, serving
@@ -15,14 +13,12 @@ from locust_helpers import ITL_MS, TTFT_MS, serving
 @pytest.fixture(scope="module")
 def recording_mock(tmp_path_factory):
     """The mock engine recording each token's emission time (the ground truth): (base URL, pid, record path)."""
-    port = free_port()
     folder = tmp_path_factory.mktemp("recording-mock")
-    record = folder / "tokens.jsonl"
-    cmd = [sys.executable, "-m", "benchmarks.recording_mock", "--port", str(port), "--record", str(record),
-           "--mock-ttft-ms", str(TTFT_MS), "--mock-itl-ms", str(ITL_MS)]
-    with serving("recording mock server", cmd, port, folder / "server.log", env={"PYTHONPATH": str(REPO_ROOT)}) \
-            as proc:
-        yield f"http://127.0.0.1:{port}", proc.pid, record
+    server = start_recording_mock(folder / "tokens.jsonl", TTFT_MS, ITL_MS, folder / "server.log")
+    try:
+        yield server.base_url, server.pid, folder / "tokens.jsonl"
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="module")

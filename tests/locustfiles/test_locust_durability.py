@@ -11,29 +11,28 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from benchmarks.recording_mock import read_record
-from locust_helpers import locust_command, serving, write_prompts
+from benchmarks.recording_mock import read_record, start_recording_mock
+from locust_helpers import locust_command, write_prompts
 from llmload.core.paths import REPO_ROOT
 from llmload.core.rawlog import iter_results
-from llmload.core.services import free_port, local_url
+from llmload.core.services import free_port
 
 PROMPTS = 30000  # more than a run sends: every request has its own [id]
 
 
 @pytest.fixture
 def zero_delay_mock(tmp_path):
-    port = free_port()
     record = tmp_path / "tokens.jsonl"
-    cmd = [sys.executable, "-m", "benchmarks.recording_mock", "--port", str(port), "--record", str(record),
-           "--mock-ttft-ms", "0", "--mock-itl-ms", "0"]
-    with serving("recording mock server", cmd, port, tmp_path / "server.log", env={"PYTHONPATH": str(REPO_ROOT)}):
-        yield local_url(port), record
+    server = start_recording_mock(record, 0.0, 0.0, tmp_path / "server.log")
+    try:
+        yield server.base_url, record
+    finally:
+        server.stop()
 
 
 def start_run(url: str, tmp_path: Path) -> tuple[subprocess.Popen, Path]:
