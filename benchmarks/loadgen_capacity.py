@@ -20,8 +20,8 @@ accuracy
     ``--error-limit-ms`` (5 ms) is where to add Locust workers.
 rate
     An open loop at constant spacing (``--rates``): the achieved rate and the
-    dispatch lag (sent minus intended start), at least 368 requests per rate so
-    that its p99 means something; the rate from which the lag p99 stays above
+    dispatch lag (sent minus intended start), at least 368 requests per rate
+    (``--rate-min-requests``) so that its p99 means something; the rate from which the lag p99 stays above
     5 ms is the most one process schedules on time. A level past a limit alone,
     with the levels above it under, is reported as a spike.
 
@@ -73,8 +73,6 @@ PARTS = ("capacity", "accuracy", "rate")
 MODEL_NAME = "mock"
 #: How long one tool run may take before it is stopped and reported as failed (seconds).
 RUN_TIMEOUT_S = 600.0
-#: Fewest requests of a rate-part run: enough for its dispatch lag p99 to mean something (the reports' rule).
-RATE_MIN_REQUESTS = min_samples("p99")
 
 
 class BenchError(RuntimeError):
@@ -457,8 +455,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rates", type=float_list, default=[25, 50, 100, 200, 400, 800],
                    help="rate part: offered request rates, constant spacing (default: 25,50,100,200,400,800)")
     p.add_argument("--rate-seconds", type=positive_float, default=6.0,
-                   help="rate part: seconds of load per rate (requests = rate x this, at least 400, enough "
-                        "for a p99; default: 6)")
+                   help="rate part: seconds of load per rate (requests = rate x this, at least "
+                        "--rate-min-requests; default: 6)")
+    p.add_argument("--rate-min-requests", type=positive_int, default=min_samples("p99"),
+                   help="rate part: fewest requests per rate (default: %(default)s, enough for the lag's p99 by the "
+                        "reports' minimum-sample rule)")
     p.add_argument("--rate-pool", type=positive_int, default=256,
                    help="rate part: the most requests in flight (Locust -u, vllm --max-concurrency; default: 256)")
     p.add_argument("--rate-tokens", type=positive_int, default=4,
@@ -481,7 +482,7 @@ def workloads(args: argparse.Namespace) -> list[Workload]:
     if "accuracy" in args.parts:
         loads += [Workload("accuracy", u, max(50, u * args.requests_per_user), args.tokens) for u in args.users]
     if "rate" in args.parts:
-        loads += [Workload("rate", args.rate_pool, max(RATE_MIN_REQUESTS, int(r * args.rate_seconds)),
+        loads += [Workload("rate", args.rate_pool, max(args.rate_min_requests, int(r * args.rate_seconds)),
                            args.rate_tokens, r) for r in args.rates]
     return loads
 

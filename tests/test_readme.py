@@ -20,7 +20,7 @@ MODULES = sorted(m for m in set(re.findall(r"python -m ([a-z_][\w.]*)", CODE)) -
                  if not m.startswith("vllm."))
 MAKE_TARGETS = sorted(set(re.findall(r"\bmake ([a-z][\w-]*)", CODE)))
 PATHS = sorted(set(re.findall(r"\b((?:locustfiles|datasets|scripts|server|reports|monitors|llmload|docs|benchmarks)"
-                              r"/[\w./-]+\.(?:py|sh|md|png|js|conf))", README)))
+                              r"/[\w./-]+\.(?:py|sh|md|png|js|conf))(?![\w-])", README)))
 
 
 def test_the_readme_names_commands():

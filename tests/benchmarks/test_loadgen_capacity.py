@@ -54,7 +54,7 @@ def test_locust_capacity_and_accuracy_end_to_end(tmp_path, capsys):
 def test_locust_rate_part_measures_the_dispatch_lag_at_each_offered_rate(tmp_path, capsys):
     out = tmp_path / "bench"
     code = main(["--tools", "locust", "--parts", "rate", "--rates", "20,60", "--rate-seconds", "2", "--rate-pool", "32",
-                 "--out", str(out)])
+                 "--rate-min-requests", "50", "--out", str(out)])
     printed = capsys.readouterr()
     assert code == 0, printed.out + printed.err
     rows = json.loads((out / "summary.json").read_text())["rows"]

@@ -41,7 +41,8 @@ def test_mock_matrix_end_to_end(tmp_path):
     assert all("left" in line for line in progress[:-1])
     info = json.loads((run_dir / "run.json").read_text())
     assert info["settings"]["requests"] == 5 and info["versions"]["locust"]
-    assert info["baseline"] is None and info["servers"] == [{"name": "mock", "kind": "mock", "url": None}]
+    assert info["baseline"] is None and info["servers"] == [{"name": "mock", "kind": "mock", "url": None,
+                                                                 "prefix_caching": None}]
     # each cell is recorded when it starts and again when it ends
     records = [json.loads(line) for line in (run_dir / "cells.jsonl").read_text().splitlines()]
     assert [r["status"] for r in records] == ["running", "ok"] * 8

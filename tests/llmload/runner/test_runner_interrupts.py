@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import time
 
+import psutil
 import pytest
 
 from llmload.core.rawlog import read_results
@@ -69,6 +70,14 @@ def test_a_signal_during_a_cell_stops_locust_then_the_server(tmp_path, name, gro
     assert f"[1/2] mock qa stream c=2: {len(results)} req, 0 failed" in out and "INTERRUPTED" in out
 
 
+def runs(process: psutil.Process, text: str) -> bool:
+    """Whether ``process`` (still there) has ``text`` in its command line."""
+    try:
+        return text in " ".join(process.cmdline())
+    except psutil.Error:
+        return False
+
+
 @pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
 def test_a_signal_while_a_server_starts_stops_it_at_once(tmp_path, name):
     signum = SIGNALS[name]
@@ -78,7 +87,8 @@ def test_a_signal_while_a_server_starts_stops_it_at_once(tmp_path, name):
                           "--data-dir", str(data), "--out", str(run_dir), "--start-timeout", "120", fakes=True)
     started: list = []
     try:
-        assert wait_for(lambda: any("python" in p.name() for p in descendants(runner.pid)), timeout=60)
+        # the never-ready server's process (not the runner's other children, e.g. the load generator's option list)
+        assert wait_for(lambda: any(runs(p, "time.sleep(600)") for p in descendants(runner.pid)), timeout=60)
         time.sleep(1.0)  # the runner is now waiting for the health check
         started = descendants(runner.pid)
         sent_at = time.monotonic()
