@@ -1,7 +1,7 @@
 """A server's own load figures, read from its Prometheus ``/metrics`` beside the resource samples.
 
 :class:`MetricsProbe` scrapes the URL in a background thread at the sampling
-interval (short timeout), so a slow or dead server never delays the psutil
+interval (its own timeout), so a slow or dead server never delays the psutil
 samples; :meth:`MetricsProbe.read` returns the latest figures as the monitor
 CSV's ``server_*`` metric columns, empty where the server has no such metric or
 the last scrape failed (one notice, once).
@@ -44,6 +44,8 @@ SERVER_METRICS = {
     "llmload": MetricNames("llmload:num_requests_running", "llmload:num_requests_waiting",
                            "llmload:kv_cache_usage_perc", None, None, "llmload:time_to_first_token_seconds"),
 }
+#: How long one scrape may take: a server busy with its batch answers /metrics late, not never.
+SCRAPE_TIMEOUT_S = 2.0
 _SUFFIXES = ("_total", "_sum", "_count", "_bucket", "_created")
 
 
@@ -112,7 +114,7 @@ class MetricsProbe:
     def __init__(self, url: str, interval: float, notify: Callable[[str], None], timeout: float | None = None):
         self.url = url
         self.interval = interval
-        self.timeout = timeout if timeout is not None else min(1.0, interval)
+        self.timeout = timeout if timeout is not None else max(SCRAPE_TIMEOUT_S, interval)
         self.notify = notify
         self._latest: tuple[float, dict[str, float | None]] | None = None
         self._noticed = False
