@@ -171,16 +171,16 @@ def test_one_real_vllm_cell(tmp_path, default_model):
     data = make_data(tmp_path / "data")
     run_dir = tmp_path / "run"
     proc = run_runner("--servers", "vllm", "--tasks", "qa", "--modes", "stream", "--concurrency", "2",
-                      "--requests", "4", "--max-tokens", "16", "--data-dir", str(data), "--out", str(run_dir),
-                      "--vllm-timeout", "900", timeout=1200)
+                      "--requests", "8", "--max-tokens", "32", "--data-dir", str(data), "--out", str(run_dir),
+                      "--vllm-timeout", "900", timeout=1200)  # a few seconds of load: the monitor samples it
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (row,) = read_summary(run_dir)
     assert row["status"] == "ok", row
-    assert int(row["requests"]) == 4 and int(row["failures"]) == 0
+    assert int(row["requests"]) == 8 and int(row["failures"]) == 0
     assert float(row["ttft_p50"]) > 0
     assert float(row["peak_server_rss_mib"]) > 200  # engine subprocess included
     raw = read_results(run_dir / "vllm" / "qa_stream_c2_requests.jsonl")
-    assert all(r.output_tokens == 16 and r.output_tokens_source == "usage" for r in raw)
+    assert all(r.output_tokens == 32 and r.output_tokens_source == "usage" for r in raw)
     # the cells repeat their prompts and the basic server has no prefix cache: vLLM runs without one too
     assert "enable_prefix_caching=False" in (run_dir / "vllm" / "server.log").read_text()
     assert json.loads((run_dir / "run.json").read_text())["baseline"] == "vllm"
