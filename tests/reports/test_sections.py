@@ -43,8 +43,9 @@ def test_open_loop_slo_columns_warmup_excluded_and_lag_warning(tmp_path):
     for column in ("dispatch_lag_p99", "slo_attainment", "goodput"):
         assert column_title(column) in header
     warnings = [line for line in md.splitlines() if line.startswith("- warning:")]
-    assert warnings == ["- warning: basic qa stream r8/s: dispatch lag p99 20.0 ms > 5 ms: the load generator fell "
-                        "behind its schedule (the *_sched latencies include the lag)"]
+    assert warnings == ["- warning: basic qa stream r8/s: dispatch lag p99 20.0 ms (of 40 requests, fewer than the 368 "
+                        "a p99 needs) > 5 ms: the load generator fell behind its schedule (the *_sched latencies "
+                        "include the lag)"]
 
 
 def capacity_entry(server, capacity, bracket, steps):
