@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from llmload.core.metrics import SLO, ratio
-from llmload.core.stats import CELL_NOISE, Interval, min_samples
+from llmload.core.stats import CELL_NOISE, Interval, has_enough, min_samples
 from reports.estimates import Requests, cell_intervals, ratio_intervals
 from reports.run import RunData
 
@@ -42,13 +42,13 @@ def lag_warnings(groups: list[dict]) -> list[str]:
     A cell with fewer values than a p99 needs (the table prints ``n=N<368``) is still
     warned of, its sample's p99 named as the figure of that many requests.
     """
-    need = min_samples("p99")
     lines = []
     for row in groups:
         lag = row.get("dispatch_lag_p99")
         if row.get("status") == "ok" and lag is not None and lag > LAG_WARN_S:
             n = row.get("dispatch_lag_n")
-            small = f" (of {n} requests, fewer than the {need} a p99 needs)" if n is not None and int(n) < need else ""
+            small = ("" if n is None or has_enough("p99", int(n))
+                     else f" (of {n} requests, fewer than the {min_samples('p99')} a p99 needs)")
             lines.append(f"warning: {describe(row)}: dispatch lag p99 {lag * 1000:.1f} ms{small} > "
                          f"{LAG_WARN_S * 1000:g} ms: the load generator fell behind its schedule "
                          "(the *_sched latencies include the lag)")
