@@ -6,10 +6,9 @@ filled from an ``extended_stats`` list in its ``/stats/requests`` poll; it has
 no hook for other content, and its bundle exposes neither React nor its chart
 library. So the table stays Locust's own (the catalogue's headline columns,
 :func:`llmload.core.metrics.headline_columns`), and the charts come from a
-small script of this package (``static/llmcharts.js``, drawn by the ECharts
-copy vendored beside it, :data:`CHART_LIBRARY`, in the look of Locust's own
-charts) that Locust's page loads: the index page is served with a few extra
-tags, and the script puts its panel under the table
+small script of this package (``static/llmcharts.js``, plain SVG, drawn in the
+look of Locust's own charts) that Locust's page loads: the index page is
+served with two extra tags, and the script puts its panel under the table
 whenever the tab is open, polling ``llmload/live.json`` every 2 s while it is
 shown. ``/llmload/`` shows the same table and charts on a page of their own.
 
@@ -45,8 +44,6 @@ from llmload.loadgen.live import HISTORY_S
 TAB_KEY = "llm-metrics"
 CHUNK_BYTES = 1 << 16
 STATIC_DIR = Path(__file__).with_name("static")
-#: Apache ECharts' build with line charts, tooltips, legends and zoom (its licence files beside it), loaded first.
-CHART_LIBRARY = "echarts.common.min.js"
 #: Seconds the tab's rows are reused before they are computed again (Locust polls every 2 s).
 TABLE_TTL_S = 1.0
 #: Points a bare ``GET /llmload/live.json`` (no ``since``) gets: the last ten minutes.
@@ -274,7 +271,6 @@ def _page_snippet(base: str) -> str:
     config = {"tabKey": TAB_KEY, "anchor": ui_key("ttft_p50"), "base": base}
     return (f'<link rel="stylesheet" href="{base}static/llmcharts.css">'
             f'<script>window.llmloadConfig = {dumps(config)};</script>'
-            f'<script src="{base}static/{CHART_LIBRARY}"></script>'
             f'<script src="{base}static/llmcharts.js"></script>'
             '<script>LLMCharts.attachToLocust(window.llmloadConfig);</script>')
 
@@ -438,8 +434,7 @@ def report_section(plugin, monitor_path: str | os.PathLike | None = None) -> str
     body = "".join("<tr>" + "".join(f'<td data-key="{html.escape(c["key"])}">{html.escape(str(row.get(c["key"], "")))}'
                                     "</td>" for c in data["structure"]) + "</tr>" for row in data["rows"])
     css = (STATIC_DIR / "llmcharts.css").read_text(encoding="utf-8")
-    scripts = "".join("<script>" + (STATIC_DIR / name).read_text(encoding="utf-8").replace("</script", "<\\/script")
-                      + "</script>" for name in (CHART_LIBRARY, "llmcharts.js"))
+    js = (STATIC_DIR / "llmcharts.js").read_text(encoding="utf-8").replace("</script", "<\\/script")
     return (f"{REPORT_BEGIN}<style>{css}</style>"
             '<section id="llmload-report" class="llmload-report">'
             "<h2>LLM metrics</h2>"
@@ -449,7 +444,7 @@ def report_section(plugin, monitor_path: str | os.PathLike | None = None) -> str
             f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
             '<div id="llmload-report-charts"></div></section>'
             f'<script type="application/json" id="llmload-report-data">{dumps(data)}</script>'
-            f"{scripts}"
+            f"<script>{js}</script>"
             "<script>LLMCharts.report(document.getElementById('llmload-report'), "
             "JSON.parse(document.getElementById('llmload-report-data').textContent));</script>"
             f"{REPORT_END}")

@@ -1,11 +1,11 @@
 /* llmload: live LLM charts for Locust's web UI, its HTML report and the /llmload/ page.
  *
- * Drawn by Apache ECharts (static/echarts.common.min.js, loaded before this file; the library that
- * Locust's own charts use), in the look of Locust's charts: title top left, legend with round markers,
- * time axis, an axis tooltip, Shift + wheel to zoom the time axis and drag to pan; Locust's colours,
- * light and dark. Data: llmload/live.json, polled every 2 s while the charts are on screen; each answer
- * carries only the points after the last one the page has (one point per second, the last 10 s at that
- * moment), so a poll costs the same at any point of a run.
+ * Plain SVG, no library: each chart is drawn in the look of Locust's own charts
+ * (title top left, legend with round markers, time axis, horizontal split lines,
+ * an axis tooltip; Locust's colours, light and dark). Data: llmload/live.json,
+ * polled every 2 s while the charts are on screen; each answer carries only the
+ * points after the last one the page has (one point per second, the last 10 s
+ * at that moment), so a poll costs the same at any point of a run.
  *
  *   LLMCharts.attachToLocust(config)   Locust's page: the panel goes under the "LLM metrics" table
  *   LLMCharts.page(element, {base})    a page of its own: table and charts
@@ -14,11 +14,10 @@
 (function (global) {
   "use strict";
 
+  var SVG = "http://www.w3.org/2000/svg";
   var POLL_MS = 2000;
   var HEIGHT = 280;
-  var GRID = { left: 60, right: 40, top: 70, bottom: 32 };
-  /* Points up to which each point gets a hollow marker (as Locust's charts while they are short). */
-  var MARKERS_UP_TO = 60;
+  var GRID = { left: 60, right: 40, top: 62, bottom: 32 };
   var THEMES = {
     light: { text: "#000", axis: "#000", background: "#fff", split: "#ddd", muted: "#666" },
     dark: { text: "#b3c3bc", axis: "#5b6f66", background: "#27272a", split: "#4c4c52", muted: "#8a9a93" }
@@ -70,6 +69,14 @@
     return el;
   }
 
+  function svgNode(tag, attrs, parent, text) {
+    var el = document.createElementNS(SVG, tag);
+    for (var k in attrs || {}) el.setAttribute(k, attrs[k]);
+    if (text !== undefined) el.textContent = text;
+    if (parent) parent.appendChild(el);
+    return el;
+  }
+
   function present(v) { return v !== null && v !== undefined && !isNaN(v); }
 
   function format(v) {
@@ -77,6 +84,26 @@
     if (Number.isInteger(v)) return v.toLocaleString();
     var a = Math.abs(v);
     return a >= 1000 ? Math.round(v).toLocaleString() : a >= 100 ? v.toFixed(0) : a >= 10 ? v.toFixed(1) : v.toFixed(2);
+  }
+
+  /* An axis tick: as many decimals as its step needs (0, 2.5, 5 / 0, 20, 40). */
+  function tickLabel(v, step) {
+    var decimals = Math.max(0, Math.min(6, -Math.floor(Math.log10(step) + 1e-9)));
+    if (Math.abs(step * Math.pow(10, decimals) - Math.round(step * Math.pow(10, decimals))) > 1e-6) decimals++;
+    return Number(v.toFixed(decimals)).toLocaleString();
+  }
+
+  function niceStep(span, count) {
+    var raw = span / Math.max(count, 1), mag = Math.pow(10, Math.floor(Math.log10(raw))), r = raw / mag;
+    return (r <= 1 ? 1 : r <= 2 ? 2 : r <= 2.5 ? 2.5 : r <= 5 ? 5 : 10) * mag;
+  }
+
+  var TIME_STEPS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200]
+    .map(function (s) { return s * 1000; });
+
+  function timeStep(span, count) {
+    for (var i = 0; i < TIME_STEPS.length; i++) if (span / TIME_STEPS[i] <= count) return TIME_STEPS[i];
+    return TIME_STEPS[TIME_STEPS.length - 1];
   }
 
   function colorLuminance(css) {
@@ -98,9 +125,7 @@
 
   /* ------------------------------------------------------------------ series */
 
-  /* Columns of points (time in ms); pairs(key) is a column as ECharts' [time, value] points, kept up to date
-     by appending, so a poll costs what its new points cost. */
-  function Series() { this.time = []; this.cols = {}; this._pairs = {}; }
+  function Series() { this.time = []; this.cols = {}; }
 
   Series.prototype.push = function (point) {
     var n = this.time.length;
@@ -112,12 +137,6 @@
       col.push(present(point[key]) ? point[key] : null);
     }
     for (var k in this.cols) if (this.cols[k].length < n + 1) this.cols[k].push(null);
-  };
-
-  Series.prototype.pairs = function (key) {
-    var out = this._pairs[key] || (this._pairs[key] = []), col = this.cols[key] || [];
-    for (var i = out.length; i < this.time.length; i++) out.push([this.time[i], col[i] === undefined ? null : col[i]]);
-    return out;
   };
 
   Series.prototype.last = function () { return this.time.length ? this.time[this.time.length - 1] / 1000 : 0; };
@@ -138,78 +157,136 @@
     return false;
   }
 
-  function largest(series, keys) {
-    var max = 0;
-    keys.forEach(function (key) { (series.cols[key] || []).forEach(function (v) { if (v !== null && v > max) max = v; }); });
-    return max;
-  }
-
   /* ------------------------------------------------------------------ one chart */
 
   function Chart(spec, parent) {
     this.spec = spec;
     this.box = node("div", { "class": "llmload-chart-box", "data-chart-box": spec.id }, parent);
-    this.el = node("div", { "class": "llmload-chart", "data-chart": spec.id, role: "img", "aria-label": spec.title },
-                   this.box);
-    this.el.style.height = HEIGHT + "px";
-    this.empty = node("div", { "class": "llmload-empty" }, this.box, spec.empty || "No data yet");
-    this.chart = null; this.width = 0; this.theme = null; this.keys = "";
+    this.svg = svgNode("svg", { "class": "llmload-chart", "data-chart": spec.id, height: HEIGHT, role: "img",
+                                "aria-label": spec.title }, this.box);
+    this.tip = node("div", { "class": "llmload-tooltip" }, this.box);
+    var self = this;
+    this.box.addEventListener("mousemove", function (e) { self.hover(e); });
+    this.box.addEventListener("mouseleave", function () { self.unhover(); });
   }
 
-  /* The parts that change with the theme only: set once, and again when the page turns light or dark. */
-  Chart.prototype.style = function (theme) {
-    var spec = this.spec, unit = spec.unit ? " " + spec.unit : "";
-    this.box.style.background = theme.background;
-    this.empty.style.color = theme.muted;
-    this.chart.setOption({
-      animation: false,
-      backgroundColor: theme.background,
-      textStyle: { color: theme.text },
-      title: { text: spec.title, left: 10, top: 8, textStyle: { color: theme.text, fontSize: 18 } },
-      legend: { top: 36, icon: "circle", itemWidth: 12, itemHeight: 12, textStyle: { color: theme.text } },
-      grid: GRID,
-      tooltip: { trigger: "axis", className: "llmload-tooltip", backgroundColor: theme.background,
-                 borderColor: theme.split, textStyle: { color: theme.text },
-                 valueFormatter: function (v) { return format(v) + (present(v) ? unit : ""); } },
-      xAxis: { type: "time", axisLine: { lineStyle: { color: theme.axis } },
-               axisLabel: { color: theme.text, hideOverlap: true }, splitLine: { show: false } },
-      yAxis: { type: "value", min: 0, axisLabel: { color: theme.text }, splitLine: { lineStyle: { color: theme.split } } },
-      dataZoom: [{ type: "inside", zoomOnMouseWheel: "shift", moveOnMouseWheel: false, filterMode: "none" }]
-    });
-    this.theme = theme;
-  };
-
   Chart.prototype.render = function (series, theme, domain) {
-    var spec = this.spec;
-    if (!this.chart) {
-      if (!global.echarts) { this.empty.textContent = "The chart library (echarts.common.min.js) did not load"; return; }
-      this.chart = global.echarts.init(this.el, null, { renderer: "canvas" });
-      this.width = this.el.clientWidth;
-    } else if (this.el.clientWidth !== this.width) {
-      this.width = this.el.clientWidth;
-      this.chart.resize();
-    }
-    if (this.theme !== theme) this.style(theme);
+    var spec = this.spec, svg = this.svg;
+    var width = Math.max(this.box.clientWidth || 0, 320);
+    while (svg.firstChild) svg.removeChild(svg.firstChild);
+    svg.setAttribute("width", width);
+    svg.setAttribute("viewBox", "0 0 " + width + " " + HEIGHT);
+    this.box.style.background = theme.background;
+    this.series = series; this.theme = theme; this.width = width;
     var lines = spec.lines.filter(function (l) { return hasValues(series, l.key); });
-    var counted = lines.length > 0;
     if (!lines.length) lines = spec.lines.slice(0, 1);
+    this.lines = lines;
+    svgNode("text", { x: 10, y: 24, "class": "llmload-chart-title", fill: theme.text }, svg, spec.title);
+
+    /* legend, centred, round markers (as ECharts draws Locust's) */
+    var legend = svgNode("g", { "class": "llmload-legend" }, svg);
+    var x = 0;
+    lines.forEach(function (l) {
+      var color = spec.colors[spec.lines.indexOf(l) % spec.colors.length];
+      var item = svgNode("g", { transform: "translate(" + x + ",0)" }, legend);
+      svgNode("circle", { cx: 7, cy: 43, r: 6, fill: color }, item);
+      svgNode("text", { x: 18, y: 47, fill: theme.text, "class": "llmload-legend-text" }, item, l.name);
+      x += 30 + 7 * l.name.length;
+    });
+    legend.setAttribute("transform", "translate(" + Math.max((width - x) / 2, 10) + ",0)");
+
+    var left = GRID.left, right = width - GRID.right, top = GRID.top, bottom = HEIGHT - GRID.bottom;
     var t = series.time, n = t.length;
     var t0 = domain ? domain[0] : n ? t[0] : Date.now() - 60000, t1 = domain ? domain[1] : n ? t[n - 1] : Date.now();
     if (t1 - t0 < 5000) t1 = t0 + 5000;
-    var keys = lines.map(function (l) { return l.key; }).join(",");
-    var ymax = spec.max && largest(series, lines.map(function (l) { return l.key; })) <= spec.max ? spec.max : null;
-    this.chart.setOption({
-      xAxis: { min: t0, max: t1 },
-      yAxis: { max: ymax },
-      series: lines.map(function (l) {
-        var color = spec.colors[spec.lines.indexOf(l) % spec.colors.length];
-        return { type: "line", id: l.key, name: l.name, data: series.pairs(l.key), connectNulls: false,
-                 showSymbol: n <= MARKERS_UP_TO, symbol: "emptyCircle", symbolSize: 4, sampling: "lttb",
-                 color: color, lineStyle: { width: 2 } };
-      })
-    }, keys === this.keys ? {} : { replaceMerge: ["series"] });  /* a line that appears or goes: a new legend */
-    this.keys = keys;
-    this.empty.style.display = counted ? "none" : "";
+    var max = 0, counted = 0;
+    lines.forEach(function (l) {
+      (series.cols[l.key] || []).forEach(function (v) { if (v !== null) { counted++; if (v > max) max = v; } });
+    });
+    var top_ = spec.max && max <= spec.max ? spec.max : max * 1.05;
+    var step = niceStep(top_ > 0 ? top_ : 1, 4), ymax = Math.max(step, Math.ceil(top_ / step - 1e-9) * step);
+    var sx = function (v) { return left + (v - t0) / (t1 - t0) * (right - left); };
+    var sy = function (v) { return bottom - v / ymax * (bottom - top); };
+    this.scale = { sx: sx, t0: t0, t1: t1, left: left, right: right, top: top, bottom: bottom };
+
+    for (var y = 0; y <= ymax + step / 1e6; y += step) {
+      var py = sy(y);
+      svgNode("line", { x1: left, x2: right, y1: py, y2: py, stroke: y === 0 ? theme.axis : theme.split,
+                        "stroke-width": 1, "class": y === 0 ? "llmload-axis" : "llmload-split" }, svg);
+      svgNode("text", { x: left - 8, y: py + 4, "text-anchor": "end", fill: theme.text, "class": "llmload-tick" },
+              svg, tickLabel(y, step));
+    }
+    var tstep = timeStep(t1 - t0, width < 900 ? 3 : 7);
+    for (var tt = Math.ceil(t0 / tstep) * tstep; tt <= t1; tt += tstep) {
+      var px = sx(tt);
+      svgNode("line", { x1: px, x2: px, y1: bottom, y2: bottom + 5, stroke: theme.axis }, svg);
+      svgNode("text", { x: px, y: bottom + 19, "text-anchor": "middle", fill: theme.text, "class": "llmload-tick" },
+              svg, new Date(tt).toLocaleTimeString());
+    }
+
+    /* the lines: breaks where a value is missing; hollow markers while the points are few (as ECharts does) */
+    var stride = Math.max(1, Math.floor(n / (right - left)));
+    var markers = n <= 60;
+    lines.forEach(function (l) {
+      var color = spec.colors[spec.lines.indexOf(l) % spec.colors.length], col = series.cols[l.key] || [];
+      var d = "", pen = false, count = 0, lastValue = null;
+      for (var i = 0; i < n; i = i === n - 1 ? n : Math.min(i + stride, n - 1)) {
+        var v = col[i];
+        if (v === null || v === undefined) { pen = false; continue; }
+        d += (pen ? "L" : "M") + sx(t[i]).toFixed(1) + " " + sy(v).toFixed(1);
+        pen = true; count++; lastValue = v;
+      }
+      var path = svgNode("path", { d: d || "M0 0", fill: "none", stroke: color, "stroke-width": 2,
+                                   "stroke-linejoin": "round", "class": "llmload-line", "data-series": l.key,
+                                   "data-points": count, "data-last": lastValue === null ? "" : lastValue }, svg);
+      if (!d) path.setAttribute("stroke", "none");
+      if (markers) {
+        for (var j = 0; j < n; j++) {
+          if (col[j] === null || col[j] === undefined) continue;
+          svgNode("circle", { cx: sx(t[j]).toFixed(1), cy: sy(col[j]).toFixed(1), r: 2, fill: theme.background,
+                              stroke: color, "stroke-width": 1.5 }, svg);
+        }
+      }
+    });
+    svg.setAttribute("data-points", counted ? (series.cols[lines[0].key] || []).filter(present).length : 0);
+    if (!counted) {
+      svgNode("text", { x: (left + right) / 2, y: (top + bottom) / 2, "text-anchor": "middle", fill: theme.muted,
+                        "class": "llmload-empty" }, svg, spec.empty || "No data yet");
+    }
+    this.cursor = svgNode("line", { y1: top, y2: bottom, stroke: theme.muted, "stroke-dasharray": "4 3",
+                                    visibility: "hidden" }, svg);
+  };
+
+  Chart.prototype.hover = function (event) {
+    var s = this.series, sc = this.scale;
+    if (!s || !s.time.length || !sc) return;
+    var rect = this.svg.getBoundingClientRect(), x = event.clientX - rect.left;
+    if (x < sc.left || x > sc.right) { this.unhover(); return; }
+    var target = sc.t0 + (x - sc.left) / (sc.right - sc.left) * (sc.t1 - sc.t0);
+    var lo = 0, hi = s.time.length - 1;
+    while (lo < hi) { var mid = (lo + hi) >> 1; if (s.time[mid] < target) lo = mid + 1; else hi = mid; }
+    if (lo > 0 && target - s.time[lo - 1] < s.time[lo] - target) lo--;
+    var px = sc.sx(s.time[lo]);
+    this.cursor.setAttribute("x1", px); this.cursor.setAttribute("x2", px);
+    this.cursor.setAttribute("visibility", "visible");
+    var spec = this.spec, tip = this.tip, theme = this.theme;
+    while (tip.firstChild) tip.removeChild(tip.firstChild);
+    node("div", {}, tip, new Date(s.time[lo]).toLocaleString());
+    this.lines.forEach(function (l) {
+      var color = spec.colors[spec.lines.indexOf(l) % spec.colors.length], v = (s.cols[l.key] || [])[lo];
+      node("div", { style: "color:" + color }, tip, l.name + ": " + format(v) + (spec.unit ? " " + spec.unit : ""));
+    });
+    tip.style.background = theme.background; tip.style.color = theme.text;
+    tip.style.display = "block";
+    var left = px + 14;
+    if (left + tip.offsetWidth > this.width) left = px - 14 - tip.offsetWidth;
+    tip.style.left = left + "px";
+    tip.style.top = (event.clientY - rect.top + 12) + "px";
+  };
+
+  Chart.prototype.unhover = function () {
+    if (this.cursor) this.cursor.setAttribute("visibility", "hidden");
+    this.tip.style.display = "none";
   };
 
   /* ------------------------------------------------------------------ the panel: cards and charts */
