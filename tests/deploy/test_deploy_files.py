@@ -212,6 +212,8 @@ def test_the_deploy_commands_run_a_distributed_test(server_factory, tmp_path):
     conf = (DEPLOY / "locust.conf").read_text().replace("/etc/llmload", str(etc)).replace("/results", str(results))
     (etc / "locust.conf").write_text(conf)
     services, port = compose()["services"], free_port()
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    assert "WORKDIR /llmload" in dockerfile and "PYTHONPATH=/llmload" in dockerfile  # the image runs its source tree
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "LOCUST_HOST": url}
 
     def local(command: list[str]) -> list[str]:
