@@ -25,7 +25,7 @@ from llmload.core.tables import render
 from monitors.sampler import PEAK_KEYS
 from reports.estimates import (cell_intervals, estimated, pooled_summary, ratio_intervals, repeat_intervals,
                                requests_of)
-from reports import sections
+from reports import sections, steady
 from reports.format import number, shown, title
 from reports.run import (CellData, RunData, describe_key, group_key, load_run, report_command,
                          resolve_baseline)
@@ -206,6 +206,7 @@ class Report:
     series: list[dict] = field(default_factory=list)
     prefix: list[dict] = field(default_factory=list)
     plots: list[Path] = field(default_factory=list)
+    steady: list[dict] = field(default_factory=list)
 
 
 def build_report(run: RunData, baseline: str | None = None, tokenizer: str | None = None,
@@ -222,7 +223,8 @@ def build_report(run: RunData, baseline: str | None = None, tokenizer: str | Non
                   capacity_ratios=sections.capacity_ratios(capacity, base),
                   goodput_steps=sections.goodput_steps(run), repeats=sections.repeat_rows(groups),
                   turns=sections.turn_rows(run), series=sections.server_series(run),
-                  prefix=sections.prefix_rows(groups, run.prefix_caching, noise))
+                  prefix=sections.prefix_rows(groups, run.prefix_caching, noise),
+                  steady=steady.steady_rows(run, rows))
 
 
 # --------------------------------------------------------------------------- writing
@@ -378,6 +380,7 @@ def markdown(report: Report) -> str:
     if report.warnings:
         parts += ["## Warnings", ""] + [f"- {line}" for line in report.warnings] + [""]
     parts += section_lines(report)
+    parts += steady.lines(report.steady, lambda column, value, iv: interval_text(value, iv, column))
     parts += ["## Output tokens", "",
               "Token throughput counts the server's usage (`counts used`: usage, or the stream's text chunks "
               f"where usage was missing). {report.tokenizer_note}. Re-tokenizing a generated text does not give its "
@@ -466,7 +469,8 @@ def write_report(report: Report, out_dir: Path) -> Path:
     for name, rows, columns in (("capacity.csv", report.capacity, sections.CAPACITY_COLUMNS),
                                 ("repeats.csv", report.repeats, sections.REPEAT_COLUMNS),
                                 ("turns.csv", report.turns, sections.TURN_COLUMNS),
-                                ("prefix_cache.csv", report.prefix, sections.PREFIX_COLUMNS)):
+                                ("prefix_cache.csv", report.prefix, sections.PREFIX_COLUMNS),
+                                ("steady.csv", report.steady, steady.STEADY_COLUMNS)):
         if rows:
             write_csv(out_dir / name, rows, columns)
     write_csv(out_dir / "tokens.csv", report.tokens, SERVER_COLUMNS)

@@ -375,12 +375,13 @@ def _summary(requests: int, failures: int, first: float | None, last: float | No
                       goodput=None if slo_met is None else rate(slo_met), distributions=distributions, exact=exact)
 
 
-def summarize(results: Iterable[RequestResult]) -> RunSummary:
+def summarize(results: Iterable[RequestResult], span: tuple[float, float] | None = None) -> RunSummary:
     """Compute every run-level metric from raw request results, exactly.
 
     Warm-up requests are left out. Latency figures and throughput count successful
     requests only; the run's wall time spans from the first successful request's
-    start to the last one's end. SLO figures count ``slo_ok`` where it is set.
+    start to the last one's end, or is ``span`` (start, end in epoch seconds: a
+    window of the run) where given. SLO figures count ``slo_ok`` where it is set.
     """
     values: dict[str, list[float]] = {m.name: [] for m in METRICS}
     requests = failures = tokens = 0
@@ -403,6 +404,8 @@ def summarize(results: Iterable[RequestResult]) -> RunSummary:
         for metric in METRICS:
             values[metric.name].extend(metric.values(m))
     distributions = {m.name: distribution(values[m.name], m.stats) for m in METRICS}
+    if span is not None:
+        first, last = span
     return _summary(requests, failures, first, last, tokens, slo_met, distributions, exact=True)
 
 
