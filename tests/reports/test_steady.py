@@ -11,28 +11,11 @@ import numpy as np
 import pytest
 
 from llmload.core.metrics import summarize
-from llmload.core.rawlog import read_results
-from llmload.core.services import free_port, local_url
+from llmload.core.rawlog import read_results, write_results
+from llmload.core.records import PromptRecord, write_records
 from reports.steady import MAX_BINS, find_window, mser_cut, steady_summary
-from report_helpers import REPO, ScriptedRun, read_csv, run_module, start_mock, stream_result
-
-TTFT, ITL, TOKENS = 0.2, 0.04, 20
-E2E = TTFT + (TOKENS - 1) * ITL  # seconds to the last token of a scripted request
-
-
-def scripted_ramp(users: int, ramp_s: float, plateau_s: float, seed: int = 0, t0: float = 1000.0):
-    """A closed loop whose users join one by one over ``ramp_s`` (the last at ``ramp_s``), all send until
-    ``ramp_s + plateau_s`` (the last dispatch), then drain; latencies jitter by up to 10 %."""
-    rng = np.random.default_rng(seed)
-    stop = t0 + ramp_s + plateau_s
-    out = []
-    for user in range(users):
-        t = t0 + ramp_s * user / (users - 1)
-        while t <= stop:
-            r = stream_result(len(out), t, TTFT * (1 + rng.uniform(0, 0.1)), ITL * (1 + rng.uniform(0, 0.1)), TOKENS)
-            out.append(r)
-            t += r.end_offset + rng.uniform(0, 0.005)
-    return out
+from benchmarks.steady_window import E2E, TOKENS, TTFT, closed_ramp
+from report_helpers import REPO, ScriptedRun, read_csv, run_module, start_mock
 
 
 def test_mser_cuts_a_step_and_nothing_of_a_flat_series():
@@ -48,8 +31,8 @@ def test_mser_cuts_a_step_and_nothing_of_a_flat_series():
 
 @pytest.mark.parametrize("users, ramp_s, plateau_s", [(8, 20.0, 60.0), (16, 30.0, 30.0), (4, 10.0, 80.0)])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_the_window_of_a_scripted_ramp(users, ramp_s, plateau_s, seed):
-    results = scripted_ramp(users, ramp_s, plateau_s, seed)
+def test_the_window_of_a_closed_ramp(users, ramp_s, plateau_s, seed):
+    results = closed_ramp(users, ramp_s, plateau_s, seed)
     window, reason = find_window(results)
     assert window is not None, reason
     span = ramp_s + plateau_s
@@ -68,17 +51,17 @@ def test_the_window_of_a_scripted_ramp(users, ramp_s, plateau_s, seed):
 
 
 def test_too_short_and_unsettled_cells_have_no_window():
-    window, reason = find_window(scripted_ramp(2, 0.5, 1.0))
+    window, reason = find_window(closed_ramp(2, 0.5, 1.0))
     assert window is None and reason.startswith("too short"), reason
-    ramp_only = scripted_ramp(32, 80.0, 0.5)
+    ramp_only = closed_ramp(32, 80.0, 0.5)
     window, reason = find_window(ramp_only)
     assert window is None and "did not settle" in reason, reason
 
 
 def test_the_report_shows_the_window_beside_the_whole_run(tmp_path):
     run = ScriptedRun(tmp_path / "run")
-    run.add("mock", "qa", "stream", 8, scripted_ramp(8, 20.0, 60.0))
-    run.add("mock", "qa", "stream", 2, scripted_ramp(2, 0.5, 1.0))
+    run.add("mock", "qa", "stream", 8, closed_ramp(8, 20.0, 60.0))
+    run.add("mock", "qa", "stream", 2, closed_ramp(2, 0.5, 1.0))
     proc = run_module("reports.merge", run.path, "--no-tokenizer")
     assert proc.returncode == 0, proc.stderr
     rows = {row["concurrency"]: row for row in read_csv(run.path / "report" / "steady.csv")}
@@ -94,10 +77,8 @@ def test_the_report_shows_the_window_beside_the_whole_run(tmp_path):
 
 
 def test_the_command_prints_the_window_of_a_raw_log(tmp_path):
-    from llmload.core.rawlog import write_results
-
     path = tmp_path / "ramp_requests.jsonl"
-    write_results(path, scripted_ramp(8, 20.0, 60.0))
+    write_results(path, closed_ramp(8, 20.0, 60.0))
     proc = run_module("reports.steady", path)
     assert proc.returncode == 0, proc.stderr
     assert "ramp" in proc.stdout and " s of " in proc.stdout
@@ -111,8 +92,6 @@ def test_a_mock_run_with_stages_has_its_plateau_found(tmp_path):
     url, server = start_mock(tmp_path, ttft_ms=50, itl_ms=5)
     try:
         prompts = tmp_path / "chat.jsonl"
-        from llmload.core.records import PromptRecord, write_records
-
         write_records(prompts, [PromptRecord(id=f"chat-{i}", task="chat", source="test", prompt=f"q {i}",
                                              messages=({"role": "user", "content": f"q {i}"},), max_tokens=32,
                                              input_tokens=4) for i in range(8)])
