@@ -18,6 +18,7 @@ import threading
 import psutil
 
 from llmload.core.cliargs import positive_float, positive_int
+from monitors.energy import open_energy_probes
 from monitors.gpu import open_gpu_probe
 from monitors.sampler import _READY, Sampler, notify_stderr, record
 from monitors.server_metrics import MetricsProbe
@@ -39,7 +40,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     # Set by monitors.sampler.start_monitor: print a ready line, stop when that PID ends,
     # and treat PIDs that are already gone as a notice, not an error.
     parser.add_argument("--managed-by", type=positive_int, help=argparse.SUPPRESS)
-    # Set by start_monitor after its first monitor in a process: the "no GPU" notice was already shown.
+    # Set by start_monitor after its first monitor in a process: the "no GPU" and "no energy" notices were shown.
     parser.add_argument("--no-gpu-notice", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if not args.managed_by:
@@ -73,9 +74,12 @@ def main(argv: list[str] | None = None) -> int:
     gpu, reason = open_gpu_probe()
     if gpu is None and not args.no_gpu_notice:
         notify_stderr(f"no GPU metrics: {reason}; GPU columns are left empty")
+    energy, why = open_energy_probes(gpu)
+    if why and not args.no_gpu_notice:
+        notify_stderr(f"energy per token not available: {why}")
     metrics = MetricsProbe(args.metrics_url, args.interval, notify_stderr) if args.metrics_url else None
     sampler = Sampler(server_pid=args.server_pid, client_pid=args.client_pid or os.getppid(),
-                      gpu=gpu, exclude_pids={os.getpid()}, server_metrics=metrics)
+                      gpu=gpu, exclude_pids={os.getpid()}, server_metrics=metrics, energy=energy)
 
     def ready() -> None:
         if args.managed_by:

@@ -24,6 +24,8 @@ CSV columns (wide format; empty cell = not measured)::
     gpu_used_mib, gpu_total_mib    summed over GPUs
     gpu_util_pct          mean utilisation over GPUs
     server_gpu_mib        the server tree's memory over all GPUs (NVML per-process lists)
+    gpu_energy_j, cpu_energy_j   joules since the first sample: NVML's GPU energy counter, RAPL's CPU
+                          package counters (empty where not readable; :mod:`monitors.energy`)
     server_running, server_waiting   requests running / waiting, from the server's /metrics (metrics_url)
     server_kv_cache_pct   the server's KV-cache use, 0-100
     server_prefix_cache_hit_pct   prefix-cache hits over queries since the previous scrape (vLLM)
@@ -58,6 +60,7 @@ from collections.abc import Callable, Iterable
 
 import psutil
 
+from monitors.energy import ENERGY_COLUMNS
 from monitors.gpu import MIB, GpuProbe, GpuReading
 from monitors.server_metrics import METRIC_COLUMNS, MetricsProbe
 
@@ -67,7 +70,7 @@ BASE_COLUMNS = [
     "server_procs", "server_rss_mib", "server_cpu_pct",
     "client_procs", "client_cpu_pct",
     "gpu_count", "gpu_used_mib", "gpu_total_mib", "gpu_util_pct", "server_gpu_mib",
-    *METRIC_COLUMNS,
+    *METRIC_COLUMNS, *ENERGY_COLUMNS,
 ]
 PER_GPU_FIELDS = ("used_mib", "total_mib", "util_pct", "server_mib")
 #: What :func:`peak_usage` returns (the summary table's resource columns).
@@ -199,13 +202,16 @@ class Sampler:
 
     ``gpu`` is a :class:`monitors.gpu.GpuProbe` or None (no NVML: GPU columns
     empty); ``server_metrics`` a :class:`monitors.server_metrics.MetricsProbe`
-    or None. ``exclude_pids`` (the monitor itself) are left out of both trees;
+    or None; ``energy`` the counters of :func:`monitors.energy.open_energy_probes`.
+    ``exclude_pids`` (the monitor itself) are left out of both trees;
     the server tree is always left out of the client's.
     """
 
     def __init__(self, server_pid: int | None = None, client_pid: int | None = None,
                  gpu: GpuProbe | None = None, exclude_pids: Iterable[int] = (),
-                 notify: Callable[[str], None] = notify_stderr, server_metrics: MetricsProbe | None = None):
+                 notify: Callable[[str], None] = notify_stderr, server_metrics: MetricsProbe | None = None,
+                 energy: Iterable = ()):
+        self.energy = list(energy)
         self.server = ProcessTree(server_pid) if server_pid else None
         self.client = ProcessTree(client_pid) if client_pid else None
         self.gpu = gpu
@@ -260,6 +266,8 @@ class Sampler:
             self.gpu.notices.clear()
         if self.server_metrics:
             row.update(self.server_metrics.read())
+        for counter in self.energy:
+            row[counter.column] = counter.read()
         return row
 
     @staticmethod

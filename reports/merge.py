@@ -25,7 +25,7 @@ from llmload.core.tables import render
 from monitors.sampler import PEAK_KEYS
 from reports.estimates import (cell_intervals, estimated, pooled_summary, ratio_intervals, repeat_intervals,
                                requests_of)
-from reports import sections, steady
+from reports import cost, sections, steady
 from reports.format import number, shown, title
 from reports.run import (CellData, RunData, describe_key, group_key, load_run, report_command,
                          resolve_baseline)
@@ -207,6 +207,8 @@ class Report:
     prefix: list[dict] = field(default_factory=list)
     plots: list[Path] = field(default_factory=list)
     steady: list[dict] = field(default_factory=list)
+    cost: list[dict] = field(default_factory=list)
+    capacity_cost: list[dict] = field(default_factory=list)
 
 
 def build_report(run: RunData, baseline: str | None = None, tokenizer: str | None = None,
@@ -224,7 +226,8 @@ def build_report(run: RunData, baseline: str | None = None, tokenizer: str | Non
                   goodput_steps=sections.goodput_steps(run), repeats=sections.repeat_rows(groups),
                   turns=sections.turn_rows(run), series=sections.server_series(run),
                   prefix=sections.prefix_rows(groups, run.prefix_caching, noise),
-                  steady=steady.steady_rows(run, rows))
+                  steady=steady.steady_rows(run, rows), cost=cost.cost_rows(run, rows),
+                  capacity_cost=cost.capacity_cost_rows(run, rows))
 
 
 # --------------------------------------------------------------------------- writing
@@ -381,6 +384,7 @@ def markdown(report: Report) -> str:
         parts += ["## Warnings", ""] + [f"- {line}" for line in report.warnings] + [""]
     parts += section_lines(report)
     parts += steady.lines(report.steady, lambda column, value, iv: interval_text(value, iv, column))
+    parts += cost.lines(report.cost, report.capacity_cost)
     parts += ["## Output tokens", "",
               "Token throughput counts the server's usage (`counts used`: usage, or the stream's text chunks "
               f"where usage was missing). {report.tokenizer_note}. Re-tokenizing a generated text does not give its "
@@ -470,7 +474,9 @@ def write_report(report: Report, out_dir: Path) -> Path:
                                 ("repeats.csv", report.repeats, sections.REPEAT_COLUMNS),
                                 ("turns.csv", report.turns, sections.TURN_COLUMNS),
                                 ("prefix_cache.csv", report.prefix, sections.PREFIX_COLUMNS),
-                                ("steady.csv", report.steady, steady.STEADY_COLUMNS)):
+                                ("steady.csv", report.steady, steady.STEADY_COLUMNS),
+                                ("cost.csv", report.cost, cost.COST_COLUMNS),
+                                ("capacity_cost.csv", report.capacity_cost, cost.CAPACITY_COST_COLUMNS)):
         if rows:
             write_csv(out_dir / name, rows, columns)
     write_csv(out_dir / "tokens.csv", report.tokens, SERVER_COLUMNS)

@@ -52,8 +52,9 @@ MSER_RESOLUTION = 0.001
 #: Share of a series the warm-up cut keeps at least, and the drain cut (from the end, after the warm-up cut).
 WARMUP_KEEP = 0.25
 DRAIN_KEEP = 0.75
-#: Fewest batches a series needs for a cut to mean anything.
-MIN_BATCHES = 10
+#: Fewest batches a series needs for a cut to mean anything, and fewest a cut keeps.
+MIN_BATCHES = 20
+MIN_KEPT = 10
 #: Throughput events (stream chunks, sync answers) a bin should hold on average.
 EVENTS_PER_BIN = 4
 #: Figures shown whole-run beside steady, in the Markdown table.
@@ -69,7 +70,7 @@ def mser_cut(values: np.ndarray, keep: float = WARMUP_KEEP, batch: int = MSER_BA
     """Leading observations to drop by MSER-``batch`` (White 1997); None when the series never settled.
 
     ``MSER(d) = sum_{j>d} (Z_j - mean(Z_{>d}))^2 / (k - d)^2`` over the ``k`` batch means
-    ``Z``, for every ``d`` that keeps a share ``keep`` of them (and :data:`MIN_BATCHES`). The
+    ``Z``, for every ``d`` that keeps a share ``keep`` of them (and :data:`MIN_KEPT`). The
     cut is the smallest ``d`` whose statistic is within the minimum's noise: two standard
     errors (an estimated variance of ``k - d`` means has a relative standard error of
     ``sqrt(2 / (k - d))``) plus ``(MSER_RESOLUTION x level)^2``, since the statistic
@@ -87,7 +88,7 @@ def mser_cut(values: np.ndarray, keep: float = WARMUP_KEEP, batch: int = MSER_BA
     tail_sq = np.cumsum((z * z)[::-1])[::-1]
     kept = (k - np.arange(k)).astype(float)
     mser = np.maximum(tail_sq - tail_sum * tail_sum / kept, 0.0) / kept ** 2
-    last = k - max(MIN_BATCHES, int(np.ceil(k * keep)))
+    last = k - max(MIN_KEPT, int(np.ceil(k * keep)))
     candidates = mser[: last + 1]
     best = int(np.argmin(candidates))
     level = float(tail_sum[best] / kept[best])

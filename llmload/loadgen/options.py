@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from llmload.core.cliargs import duration, non_negative_float, non_negative_int, positive_float
+from llmload.core.cost import price
 from llmload.core.cliargs import slo as slo_type
 from llmload.core.metrics import APIS, MODES, SLO
 from llmload.core.paths import dataset_path
@@ -144,6 +145,10 @@ class LoadSettings:
     metrics_url: str = _option("--metrics-url", "a server's Prometheus /metrics for the monitor to sample beside "
                                "its resources (needs --monitor-pid)", default="", metavar="URL",
                                include_in_web_ui=False)
+    price_per_hour: float | None = _option("--price-per-hour", "the server's price in USD per hour: the summary "
+                                           "gives $ per 1M output tokens and per 1,000 requests at the measured "
+                                           "throughput", default=None, metavar="USD", type=price,
+                                           include_in_web_ui=False)
     csv_prefix: str = ""  # Locust's own --csv
 
     @property

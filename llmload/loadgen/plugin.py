@@ -48,6 +48,7 @@ import locust
 from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
 from locust.stats import PERCENTILES_TO_REPORT, StatsCSV, StatsError
 
+from llmload.core.cost import cost_figures, cost_text
 from llmload.core.metrics import METRICS, RequestMetrics, RequestResult, request_metrics
 from llmload.core.rawlog import RawLogWriter
 from llmload.core.records import DatasetError, PromptRecord, load_prompts
@@ -224,7 +225,8 @@ class LoadPlugin:
         if self.raw_log is not None:
             self.raw_log.close()
         if summary.requests:
-            log.info("llmload: " + summary.line() + self._unreachable_text() + (f"; raw log {path}" if path else ""))
+            log.info("llmload: " + summary.line() + cost_text(cost_figures(self.settings.price_per_hour, summary))
+                     + self._unreachable_text() + (f"; raw log {path}" if path else ""))
         self._warn_if_behind(final=True)
 
     def _web_ui_raw_log(self) -> Path | None:
@@ -501,7 +503,7 @@ class LoadPlugin:
                              for task, s in self.board.summaries().items()},
                 "line": total.line(), "exact": False, "unreachable_s": round(self.board.unreachable_so_far(), 3),
                 "late_requests": self.budget.late if self.budget is not None else 0,
-                "lag_warning": self.lag_warned,
+                "lag_warning": self.lag_warned, "cost": cost_figures(self.settings.price_per_hour, total),
                 "settings": {"mode": self.settings.mode, "api": self.settings.api, "rate": self.settings.rate,
                              "arrival": self.settings.arrival_law if self.settings.open_loop else None,
                              "requests": self.settings.requests, "warmup": self.settings.warmup,

@@ -14,6 +14,7 @@ from pathlib import Path
 from llmload.core.cliargs import (OneLineParser, choice_list, duration, float_list, int_list, non_negative_float,
                                   non_negative_int, number, positive_float, positive_int)
 from llmload.core.cliargs import slo as slo_type
+from llmload.core.cost import prices
 from llmload.core.metrics import APIS, MODES, SLO
 from llmload.tasks import default_task_names, task_names
 from llmload.loadgen.options import ARRIVALS
@@ -149,6 +150,10 @@ def build_parser() -> OneLineParser:
                          help="start vllm with automatic prefix caching, as the vllm-prefix-cache kind (off by default: "
                               "every cell sends its task's prompts from the first one, and the basic server has no "
                               "prefix cache, so vLLM would skip prefills the others do)")
+    servers.add_argument("--price-per-hour", type=prices, default=None, metavar="NAME=USD,...",
+                         help="each server's price in USD per hour, by name (e.g. vllm=2.5,basic-batched=0.4): the "
+                              "report gives $ per 1M output tokens and per 1,000 requests at each cell's throughput "
+                              "and at the capacity found (default: none)")
     servers.add_argument("--mock-ttft-ms", type=non_negative_float, default=50.0, metavar="MS",
                          help="mock server: time to first token (default: %(default)s)")
     servers.add_argument("--mock-itl-ms", type=non_negative_float, default=10.0, metavar="MS",
@@ -201,6 +206,9 @@ def resolve(args: argparse.Namespace, parser: argparse.ArgumentParser | None = N
         args.baseline = DEFAULT_BASELINE if DEFAULT_BASELINE in names else None
     elif args.baseline not in names:
         fail(f"--baseline {args.baseline} is not among --servers ({', '.join(names)})")
+    unpriced = [name for name in (getattr(args, "price_per_hour", None) or {}) if name not in names]
+    if unpriced:
+        fail(f"--price-per-hour {unpriced[0]}: no server of that name among --servers ({', '.join(names)})")
     if args.throughput_only:
         if explicit_modes and "stream" in args.modes:
             fail("--throughput-only sends sync requests only: leave --modes out or give --modes sync")

@@ -48,6 +48,8 @@ def test_unreadable_prompt_file_names_the_line(tmp_path):
     (("--slo", "ttft=0"), "error: argument --slo: ttft='0': a target is a positive number of milliseconds"),
     (("--requests", "5", "--warmup", "5"), "error: --warmup 5 must be smaller than --requests 5"),
     (("--burstiness", "0.5"), "error: --arrival and --burstiness shape an open loop: give --rate R too"),
+    (("--price-per-hour", "-1"), "error: argument --price-per-hour: '-1' is not a price in USD per hour (a number > 0"),
+    (("--price-per-hour", "cheap"), "error: argument --price-per-hour: 'cheap' is not a price in USD per hour"),
 ])
 def test_bad_options_are_one_line_with_exit_code_2_before_anything_starts(args, message):
     proc = run_locust("chat.py", NO_SERVER, *args)  # (each type is unit-tested in test_loadgen_options)

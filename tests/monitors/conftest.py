@@ -92,11 +92,12 @@ def two_gpu_config():
 
 def _two_gpu_config(server_pid: int, server_child_pid: int, other_pid: int) -> dict:
     """Two 80 GiB GPUs: the server uses 6 GiB on GPU 0 (listed as compute and graphics) and its child 1.5 GiB
-    on GPU 1; ``other_pid`` 1 GiB on GPU 0. Expected: used 10240+2048 MiB, server 6144+1536 MiB."""
+    on GPU 1; ``other_pid`` 1 GiB on GPU 0; both have an energy counter (standing still). Expected: used
+    10240+2048 MiB, server 6144+1536 MiB."""
     return {"gpus": [
-        {"total": 81920 * MIB, "used": 10240 * MIB, "util": 37,
+        {"total": 81920 * MIB, "used": 10240 * MIB, "util": 37, "energy_mj": 5_000_000,
          "compute": [[server_pid, 6144 * MIB], [other_pid, 1024 * MIB]],
          "graphics": [[server_pid, 6144 * MIB]]},
-        {"total": 81920 * MIB, "used": 2048 * MIB, "util": 5,
+        {"total": 81920 * MIB, "used": 2048 * MIB, "util": 5, "energy_mj": 7_000_000,
          "compute": [[server_child_pid, 1536 * MIB]]},
     ]}

@@ -36,7 +36,8 @@ def test_duration_run(memory_tree, tmp_path):
     assert df["client_procs"].notna().all()  # the default client: the CLI's parent (this test)
     if not GPU_HERE:
         lines = done.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("monitor: no GPU metrics: NVML")
+        assert len(lines) == 2 and lines[0].startswith("monitor: no GPU metrics: NVML")
+        assert lines[1].startswith("monitor: energy per token not available: no GPU seen through NVML")
         assert list(df.columns) == BASE_COLUMNS
         assert df[["gpu_count", "gpu_used_mib", "gpu_total_mib", "gpu_util_pct", "server_gpu_mib"]].isna().all().all()
 

@@ -53,6 +53,12 @@ def error_of(argv: list[str], capsys) -> str:
     (["--burstiness", "0.5"], "--burstiness applies to --arrival gamma only (got --arrival poisson)"),
     (["--burstiness", "0"], "argument --burstiness: '0' is not a number > 0"),
     (["--throughput-only", "--modes", "stream"], "--throughput-only sends sync requests only"),
+    (["--servers", "mock", "--price-per-hour", "mock=-1"],
+     "argument --price-per-hour: mock: '-1' is not a price in USD per hour (a number > 0"),
+    (["--servers", "mock", "--price-per-hour", "mock=cheap"], "argument --price-per-hour: mock: 'cheap' is not a price"),
+    (["--servers", "mock", "--price-per-hour", "2.5"], "argument --price-per-hour: '2.5' is not NAME=USD"),
+    (["--servers", "mock", "--price-per-hour", "vllm=2.5"],
+     "--price-per-hour vllm: no server of that name among --servers (mock)"),
 ])
 def test_bad_input_is_one_line_naming_the_option(argv, expected, capsys):
     line = error_of(argv, capsys)

@@ -6,7 +6,8 @@ finds this folder first on ``PYTHONPATH``) or with :func:`configure`::
     {"gpus": [{"total": bytes,
                "used": bytes, or a list of bytes (one per call, the last repeats),
                "util": percent, or null (NotSupported),
-               "compute": [[pid, bytes or null], ...], "graphics": [[pid, bytes or null], ...]}],
+               "compute": [[pid, bytes or null], ...], "graphics": [[pid, bytes or null], ...],
+               "energy_mj": millijoules, or a list (one per call, the last repeats); absent: NotSupported}],
      "init_error": "message"   # optional: nvmlInit raises NVMLError
     }
 """
@@ -68,6 +69,15 @@ def nvmlDeviceGetUtilizationRates(handle):
     if util is None:
         raise NVMLError("Not Supported")
     return SimpleNamespace(gpu=util, memory=0)
+
+
+def nvmlDeviceGetTotalEnergyConsumption(handle):
+    energy = _gpu(handle).get("energy_mj")
+    if energy is None:
+        raise NVMLError("Not Supported")
+    if isinstance(energy, list):
+        energy = energy.pop(0) if len(energy) > 1 else energy[0]
+    return energy
 
 
 def _processes(handle, kind):
