@@ -22,8 +22,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 #: Where Linux exposes RAPL; ``LLMLOAD_POWERCAP`` names another folder of the same layout (a stand-in in tests).
 POWERCAP = Path("/sys/class/powercap")
 #: The monitor's energy columns, in the order the reports prefer them.
@@ -134,6 +132,8 @@ def open_energy_probes(gpu, powercap: Path | None = None) -> tuple[list, str | N
 def energy_between(frame, start: float, end: float) -> tuple[float | None, str | None]:
     """``(joules, column)`` the preferred energy column of a monitor frame counted from ``start`` to ``end``
     (epoch seconds, interpolated between samples), or ``(None, None)`` where no column was recorded."""
+    import numpy as np  # the reports' side only: the monitor process stays without numpy
+
     if frame is None or not len(frame) or end <= start:
         return None, None
     for column in ENERGY_COLUMNS:
