@@ -5,6 +5,12 @@
 connection, an HTTP error, a time-out, a malformed or truncated stream all come
 back as ``RequestResult(success=False, error=...)`` with a one-line message.
 
+Tokens per chunk: where the server gives no running token count, a
+``chunk_counter`` (a tokenizer's batch count, e.g.
+:meth:`llmload.tasks.tokens.TokenCounter.text_tokens`) counts each output
+chunk's text once the answer is complete, off the timed path; without one the
+chunks stay uncounted (ITL per chunk, see :mod:`llmload.core.wire`).
+
 Timing: ``start_time`` is ``time.time()`` and ``t0`` is ``time.perf_counter()``,
 both taken right before the request is handed to the socket (the body is
 encoded before); every offset is ``perf_counter() - t0`` at the moment a line
@@ -15,6 +21,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from typing import Callable, Sequence
 
 import gevent
 
@@ -47,12 +54,14 @@ class LLMClient:
     """Sends generation requests for one task through ``transport``; see the module docstring."""
 
     def __init__(self, transport: HTTPTransport, params: GenerationParams, task: str,
-                 timeout: float = 600.0, worker: str = ""):
+                 timeout: float = 600.0, worker: str = "",
+                 chunk_counter: Callable[[Sequence[str]], list[int]] | None = None):
         self.transport = transport
         self.params = params
         self.task = task
         self.timeout = timeout
         self.worker = worker
+        self.chunk_counter = chunk_counter
 
     def list_first_model(self, timeout: float | None = None) -> str:
         """The first model id the server lists at ``/v1/models`` (raises TransportError/WireError)."""
@@ -90,7 +99,7 @@ class LLMClient:
                 status = response.status_code
                 if status != 200:
                     body, end = response.read()
-                    outcome = Outcome(error=http_error_message(status, body))
+                    outcome = Outcome(error=http_error_message(status, body, self.params.path))
                 elif self.params.stream:
                     outcome, end = self._read_stream(response, t0)
                 else:
@@ -105,6 +114,8 @@ class LLMClient:
         finally:
             if response is not None:
                 response.close()
+        if outcome.chunk_tokens_source == "chunks" and self.chunk_counter is not None:
+            outcome.count_chunks(self.chunk_counter(outcome.chunk_texts))
         return RequestResult(
             request_id=uuid.uuid4().hex, task=self.task, api=self.params.api, mode=self.params.mode,
             start_time=start_time, end_offset=end - t0,
@@ -112,7 +123,10 @@ class LLMClient:
             output_tokens=outcome.output_tokens, output_tokens_source=outcome.output_tokens_source,
             prompt_tokens=outcome.prompt_tokens, success=outcome.success, status_code=status,
             error=outcome.error, prompt_id=record.id, worker=self.worker, output_chars=outcome.output_chars,
-            output_text=outcome.output_text, flags=outcome.flags)
+            output_text=outcome.output_text, flags=outcome.flags, first_output_offset=outcome.first_output_offset,
+            reasoning_tokens=outcome.reasoning_tokens, reasoning_text=outcome.reasoning_text,
+            tool_calls=outcome.tool_calls, chunk_tokens=outcome.chunk_tokens,
+            chunk_tokens_source=outcome.chunk_tokens_source)
 
     def _read_stream(self, response: LineResponse, t0: float) -> tuple[Outcome, float]:
         """Read an SSE body to its end; return the outcome and the ``perf_counter`` time the stream ended."""

@@ -11,14 +11,26 @@ benchmarks all read the same catalogue (:data:`METRICS`, :data:`FIGURES`).
 Definitions (``t0`` = the moment the request is sent; TTFT is what the seed
 called TTFT):
 
+* An *output chunk* is a streamed event that carries generated tokens of any
+  kind: reasoning (``reasoning_content`` / ``reasoning``), answer text, or a
+  tool call (role-only chunks, usage chunks and ``[DONE]`` are not).
 * **E2E / total latency**: ``t0`` to the full JSON body (sync) or to the last
-  chunk carrying generated text (stream; the usage chunk and ``[DONE]`` do not
-  extend it).
-* **TTFT**: ``t0`` to the first chunk carrying non-empty generated text
-  (stream only; a role-only first chat chunk does not count).
-* **ITL**: gaps between consecutive text-carrying chunks (stream only), so
-  ``E2E - TTFT == sum(ITL)``.
-* **TPOT**: ``(E2E - TTFT) / (output_tokens - 1)`` (stream only, 2+ tokens).
+  output chunk (stream; the usage chunk and ``[DONE]`` do not extend it).
+* **TTFT**: ``t0`` to the first output chunk, reasoning included (stream only),
+  as vLLM's benchmark, GuideLLM and AIPerf count it.
+* **TTFO** (time to first output token, AIPerf's name): ``t0`` to the first
+  chunk of the answer (content or tool call, not reasoning); TTFT without
+  reasoning (stream only).
+* **ITL**: the gap before each output token (stream only): a chunk that carries
+  ``k`` tokens (known from the server's continuous usage or a tokenizer,
+  ``chunk_tokens``) gives ``k`` gaps of ``gap / k``; where the per-chunk counts
+  are unknown, one gap per chunk. Either way ``E2E - TTFT == sum(ITL)``.
+* **TPOT**: ``(E2E - TTFT) / tokens after the first chunk`` (stream only), the
+  mean ITL of the request; the tokens are ``sum(chunk_tokens) - chunk_tokens[0]``
+  where the per-chunk counts are known, else ``output_tokens - 1`` (vLLM's).
+* **Output tokens** count reasoning tokens too (usage's ``completion_tokens``);
+  **reasoning tokens** are usage's ``completion_tokens_details.reasoning_tokens``
+  (``output_tokens_details`` in the Responses API).
 * **Token generation speed**: ``output_tokens / E2E`` for one request.
 * **Dispatch lag**: ``start_time - intended_start``, how late the load
   generator sent a request against its schedule (open-loop runs only); the
@@ -43,7 +55,7 @@ from llmload.core.cliargs import parse_duration
 from llmload.core.records import known_fields
 
 MODES = ("sync", "stream")
-APIS = ("completion", "chat")
+APIS = ("completion", "chat", "responses")
 
 
 @dataclass
@@ -56,7 +68,7 @@ class RequestResult:
     mode: str
     start_time: float  # epoch seconds when the request was sent
     end_offset: float  # seconds from start to the full body (sync) or the stream's end
-    token_offsets: list[float] = field(default_factory=list)  # seconds from start, per text chunk
+    token_offsets: list[float] = field(default_factory=list)  # seconds from start, per output chunk (any kind)
     output_tokens: int | None = None
     output_tokens_source: str = "none"  # "usage" (server-reported) | "chunks" (fallback count) | "none"
     prompt_tokens: int | None = None
@@ -72,6 +84,12 @@ class RequestResult:
     slo_ok: bool | None = None  # met every --slo target (None: no SLO set)
     turn: int | None = None  # index of the turn in a multi-turn conversation (0 = first)
     flags: list[str] = field(default_factory=list)  # anomalies worth counting, e.g. "usage_zero"
+    first_output_offset: float | None = None  # seconds from start to the first answer chunk (not reasoning)
+    reasoning_tokens: int | None = None  # usage's reasoning token count (None: not reported)
+    reasoning_text: str = ""  # the generated reasoning (reasoning_content / reasoning deltas)
+    tool_calls: int = 0  # tool calls the answer made
+    chunk_tokens: list[int] = field(default_factory=list)  # tokens each output chunk carried, where known
+    chunk_tokens_source: str = "none"  # "usage" (continuous usage stats) | "tokenizer" | "chunks" (unknown)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), ensure_ascii=False)
@@ -94,26 +112,54 @@ class RequestMetrics:
     dispatch_lag: float | None = None
     e2e_sched: float | None = None
     ttft_sched: float | None = None
+    ttfo: float | None = None
+    reasoning_tokens: int | None = None
+
+
+def per_token_gaps(offsets: Sequence[float], counts: Sequence[int]) -> tuple[float, ...]:
+    """The gap before each token: a chunk of ``k`` tokens after a gap ``g`` gives ``k`` gaps of ``g / k``.
+
+    A chunk said to carry no token passes its gap on to the next chunk that does,
+    so the gaps always add up to ``offsets[-1] - offsets[0]``.
+    """
+    gaps: list[float] = []
+    pending = 0.0
+    for before, after, count in zip(offsets, offsets[1:], counts[1:]):
+        pending += after - before
+        if count > 0:
+            gaps.extend([pending / count] * count)
+            pending = 0.0
+    if pending > 0:
+        gaps.append(pending)
+    return tuple(gaps)
 
 
 def request_metrics(result: RequestResult) -> RequestMetrics:
-    """Derive E2E, TTFT, TPOT, inter-token gaps, generation speed and dispatch lag from raw timings."""
+    """Derive E2E, TTFT, TTFO, TPOT, inter-token gaps, generation speed and dispatch lag from raw timings."""
     offsets = result.token_offsets
+    counts = result.chunk_tokens if len(result.chunk_tokens) == len(offsets) else None
+    ttft = ttfo = tpot = None
+    itl: tuple[float, ...] = ()
+    tokens = result.output_tokens or 0
     if result.mode == "stream" and offsets:
         e2e = offsets[-1]
-        ttft: float | None = offsets[0]
-        itl = tuple(b - a for a, b in zip(offsets, offsets[1:]))
+        ttft = offsets[0]
+        ttfo = result.first_output_offset
+        if counts:
+            itl = per_token_gaps(offsets, counts)
+            after_first = sum(counts) - counts[0]
+        else:
+            itl = tuple(b - a for a, b in zip(offsets, offsets[1:]))
+            after_first = tokens - 1
+        tpot = (e2e - ttft) / after_first if after_first > 0 else None
     else:
         e2e = result.end_offset
-        ttft = None
-        itl = ()
-    tokens = result.output_tokens or 0
-    tpot = (e2e - ttft) / (tokens - 1) if ttft is not None and tokens > 1 else None
     speed = tokens / e2e if tokens and e2e > 0 else None
     lag = result.start_time - result.intended_start if result.intended_start is not None else None
     return RequestMetrics(e2e=e2e, ttft=ttft, tpot=tpot, itl=itl, output_tokens=tokens, tokens_per_s=speed,
                           dispatch_lag=lag, e2e_sched=None if lag is None else e2e + lag,
-                          ttft_sched=None if lag is None or ttft is None else ttft + lag)
+                          ttft_sched=None if lag is None or ttft is None else ttft + lag, ttfo=ttfo,
+                          reasoning_tokens=result.reasoning_tokens)
 
 
 # --------------------------------------------------------------------------- SLOs
@@ -194,7 +240,7 @@ class Metric:
 
     name: str  # key in summaries and prefix of its columns (``ttft_p50``)
     title: str  # as shown in tables, Locust rows and the web UI
-    unit: str  # unit of the stored values: "s" (shown in ms) or "tok/s"
+    unit: str  # unit of the stored values: "s" (shown in ms), "tok/s" or "tok"
     formula: str
     value: Callable[[RequestMetrics], float | Sequence[float] | None]
     stats: tuple[str, ...] = ("mean", "p50", "p90", "p99")
@@ -223,13 +269,18 @@ class Metric:
 
 
 METRICS: tuple[Metric, ...] = (
-    Metric("e2e", "E2E", "s", "t0 to the full body (sync) or the last text chunk (stream)", lambda m: m.e2e),
-    Metric("ttft", "TTFT", "s", "t0 to the first chunk carrying generated text (stream)", lambda m: m.ttft,
-           stats=("mean", "p50", "p90", "p95", "p99"), headline=("p50", "p90", "p99"), locust_row=True),
-    Metric("tpot", "TPOT", "s", "(E2E - TTFT) / (output tokens - 1) (stream)", lambda m: m.tpot,
+    Metric("e2e", "E2E", "s", "t0 to the full body (sync) or the last output chunk (stream)", lambda m: m.e2e),
+    Metric("ttft", "TTFT", "s", "t0 to the first output chunk of any kind: reasoning, content or tool call (stream)",
+           lambda m: m.ttft, stats=("mean", "p50", "p90", "p95", "p99"), headline=("p50", "p90", "p99"),
+           locust_row=True),
+    Metric("ttfo", "TTFO", "s", "t0 to the first answer chunk, content or tool call, not reasoning (stream; "
+           "AIPerf's time to first output token)", lambda m: m.ttfo, headline=("p50",)),
+    Metric("tpot", "TPOT", "s", "(E2E - TTFT) / tokens after the first chunk (stream)", lambda m: m.tpot,
            headline=("mean",), locust_row=True),
-    Metric("itl", "ITL", "s", "gaps between consecutive text chunks (stream)", lambda m: m.itl, headline=(),
-           many=True),
+    Metric("itl", "ITL", "s", "the gap before each output token; a chunk of k tokens gives k gaps of gap / k "
+           "(stream)", lambda m: m.itl, headline=(), many=True),
+    Metric("reasoning_tokens", "reasoning tokens", "tok", "usage's reasoning tokens per request (part of the "
+           "output tokens)", lambda m: m.reasoning_tokens, stats=("mean", "p50", "p99"), headline=("mean",)),
     Metric("tokens_per_s", "generation speed", "tok/s", "output tokens / E2E, per request",
            lambda m: m.tokens_per_s, headline=("mean",)),
     Metric("dispatch_lag", "dispatch lag", "s", "start_time - intended_start (open loop)",
@@ -351,9 +402,15 @@ class RunSummary:
             value = self.get(metric, stat)
             return "" if value is None else f", {METRIC_BY_NAME[metric].title} {stat} {value * 1000:.1f} ms"
 
+        reasoning = self.get("reasoning_tokens", "mean")
+        ttft, ttfo = self.get("ttft", "p50"), self.get("ttfo", "p50")
+        answer_later = ttft is not None and ttfo is not None and ttfo - ttft > 0.0005
         text = (f"{self.requests} requests, {self.failures} failed{ms('e2e', 'p50')}{ms('ttft', 'p50')}"
+                f"{ms('ttfo', 'p50') if answer_later or reasoning else ''}"
                 f"{ms('tpot', 'mean')}, {self.request_throughput:.2f} req/s, "
                 f"{self.output_token_throughput:.1f} output tok/s")
+        if reasoning is not None:
+            text += f" ({reasoning:.1f} reasoning tokens per request)"
         if self.get("dispatch_lag", "p99") is not None:
             text += f", dispatch lag p99 {self.get('dispatch_lag', 'p99') * 1000:.1f} ms"
         if self.slo_attainment is not None:

@@ -1,9 +1,11 @@
 """A small incremental parser for Server-Sent Events as OpenAI-compatible servers send them.
 
 Servers send ``data: {json}`` lines, each event closed by a blank line, and end
-the stream with ``data: [DONE]``. :class:`SSEDecoder` takes one line at a time
+the stream with ``data: [DONE]``; the Responses API names each event on an
+``event: response.output_text.delta`` line before its data and ends with
+``response.completed`` instead. :class:`SSEDecoder` takes one line at a time
 (so the caller can timestamp each line the moment the socket delivers it) and
-returns the event's data once the event is complete.
+returns the event (its name and data) once the event is complete.
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ class SSEFormatError(ValueError):
 
 @dataclass(frozen=True)
 class SSEEvent:
-    """One complete event: its ``data`` payload and, when not ``[DONE]``, the decoded JSON."""
+    """One complete event: its ``data`` payload, its ``event`` name ('' when unnamed) and the decoded JSON."""
 
     data: str
+    event: str = ""
 
     @property
     def is_done(self) -> bool:
@@ -45,6 +48,7 @@ class SSEDecoder:
 
     def __init__(self) -> None:
         self._data: list[str] = []
+        self._event = ""
 
     def feed(self, line: bytes | str) -> SSEEvent | None:
         if isinstance(line, bytes):
@@ -59,7 +63,9 @@ class SSEDecoder:
             value = value[1:]
         if name == "data":
             self._data.append(value)
-        # "event", "id" and "retry" fields carry nothing the OpenAI protocol uses.
+        elif name == "event":
+            self._event = value
+        # "id" and "retry" carry nothing the OpenAI protocol uses.
         return None
 
     def flush(self) -> SSEEvent | None:
@@ -68,9 +74,10 @@ class SSEDecoder:
 
     def _dispatch(self) -> SSEEvent | None:
         if not self._data:
+            self._event = ""  # an event without data is not dispatched (the SSE standard)
             return None
-        event = SSEEvent("\n".join(self._data))
-        self._data = []
+        event = SSEEvent("\n".join(self._data), self._event)
+        self._data, self._event = [], ""
         return event
 
 
@@ -86,7 +93,7 @@ def iter_events(lines: Iterable[bytes | str]) -> Iterator[SSEEvent]:
         yield event
 
 
-def format_event(payload: dict | str) -> str:
-    """Encode one event as the server sends it: ``data: <json>`` and a blank line."""
+def format_event(payload: dict | str, event: str = "") -> str:
+    """Encode one event as the server sends it: ``event: <name>`` when named, ``data: <json>`` and a blank line."""
     data = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
-    return f"data: {data}\n\n"
+    return (f"event: {event}\n" if event else "") + f"data: {data}\n\n"

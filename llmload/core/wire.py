@@ -3,21 +3,33 @@
 No sockets and no Locust here. A streamed response is fed line by line with each
 line's arrival time (seconds from the request's start) to :class:`StreamReader`;
 a sync response's body goes to :func:`read_body`. Both give a :class:`Outcome`:
-the raw fields of a :class:`llmload.core.metrics.RequestResult` (text-chunk arrival
-times, token counts and, for a failed request, a one-line error). Nothing is
-derived here: every metric comes from :mod:`llmload.core.metrics`.
+the raw fields of a :class:`llmload.core.metrics.RequestResult` (output-chunk
+arrival times, token counts and, for a failed request, a one-line error).
+Nothing is derived here: every metric comes from :mod:`llmload.core.metrics`.
 
 Rules (the same for every server):
 
-* a *token chunk* is an SSE event whose first choice carries non-empty text
-  (``choices[0].text`` for completions, ``choices[0].delta.content`` for chat),
-  so vLLM's role-only first chat chunk and the trailing usage chunk are not tokens;
-* output tokens come from the server's ``usage.completion_tokens`` (asked for
-  with ``stream_options.include_usage``); without it, or when it says 0 beside
-  generated text (flagged ``usage_zero``), the token chunks are counted and the
-  source is recorded as ``"chunks"``;
-* ``data: {"error": ...}`` inside an HTTP 200 stream, a chunk that is not JSON or
-  has no ``choices``, and a stream that ends without ``data: [DONE]`` are failures.
+* an *output chunk* is an event that carries generated tokens of any kind:
+  answer text (``choices[0].text``, ``delta.content``, Responses'
+  ``response.output_text.delta``), reasoning (``delta.reasoning_content`` or
+  ``delta.reasoning``, ``response.reasoning_text.delta``) or a tool call
+  (``delta.tool_calls``, ``response.function_call_arguments.delta``); vLLM's
+  role-only first chat chunk, usage chunks and lifecycle events are not;
+* output tokens come from the server's usage (``completion_tokens``, asked for
+  with ``stream_options.include_usage``; Responses: ``response.completed``'s
+  ``output_tokens``); without it, or when it says 0 beside generated text
+  (flagged ``usage_zero``), the output chunks are counted (source ``"chunks"``);
+* tokens per chunk: chat and completion streams ask for
+  ``stream_options.continuous_usage_stats`` (vLLM's; the basic server's too), so
+  each chunk's running ``completion_tokens`` gives its own count (source
+  ``"usage"``); a server without it leaves the count to the client's tokenizer
+  (``"tokenizer"``, :class:`llmload.core.client.LLMClient`) or to none
+  (``"chunks"``: ITL per chunk, flagged ``itl_per_chunk`` when usage shows
+  chunks of several tokens);
+* ``data: {"error": ...}`` inside an HTTP 200 stream, Responses' ``error`` and
+  ``response.failed`` events, a chunk that is not JSON or has no ``choices``,
+  and a stream that ends without ``data: [DONE]`` (Responses: without
+  ``response.completed`` or ``response.incomplete``) are failures.
 """
 
 from __future__ import annotations
@@ -30,8 +42,21 @@ from llmload.core.records import PromptRecord
 from llmload.core.sse import SSEDecoder, SSEEvent, SSEFormatError
 
 #: URL path of each API style.
-ENDPOINTS = {"completion": "/v1/completions", "chat": "/v1/chat/completions"}
+ENDPOINTS = {"completion": "/v1/completions", "chat": "/v1/chat/completions", "responses": "/v1/responses"}
 MODELS_PATH = "/v1/models"
+
+#: Responses API stream events by what they carry (OpenAI's names, which vLLM uses too).
+RESPONSES_REASONING = frozenset({"response.reasoning_text.delta", "response.reasoning_summary_text.delta"})
+RESPONSES_ANSWER = frozenset({"response.output_text.delta", "response.refusal.delta"})
+RESPONSES_TOOL = frozenset({"response.function_call_arguments.delta", "response.custom_tool_call_input.delta"})
+#: The events that end a Responses stream well (``incomplete``: the output budget ran out, a normal end).
+RESPONSES_END = frozenset({"response.completed", "response.incomplete"})
+RESPONSES_FAILED = frozenset({"response.failed", "error"})
+
+#: Flag of a response whose ``usage`` says 0 completion tokens although it carried generated text.
+USAGE_ZERO = "usage_zero"
+#: Flag of a stream whose chunks carry several tokens while their counts are unknown (its ITL is per chunk).
+ITL_PER_CHUNK = "itl_per_chunk"
 
 
 class WireError(ValueError):
@@ -47,6 +72,7 @@ class GenerationParams:
     max_tokens: int | None = None  # None: each record's own budget
     ignore_eos: bool = False
     temperature: float = 0.0
+    continuous_usage: bool = True  # ask chat/completion streams for each chunk's running token count
 
     def __post_init__(self) -> None:
         if self.api not in APIS:
@@ -63,6 +89,13 @@ class GenerationParams:
         return self.mode == "stream"
 
 
+def responses_input(messages: list[dict] | tuple[dict, ...]) -> str | list[dict]:
+    """A Responses ``input``: the text of a lone user message, else the messages (role and content) in order."""
+    if len(messages) == 1 and messages[0].get("role") == "user" and isinstance(messages[0].get("content"), str):
+        return messages[0]["content"]
+    return [{"role": m["role"], "content": m["content"]} for m in messages]
+
+
 def build_body(record: PromptRecord, params: GenerationParams, model: str,
                messages: list[dict] | None = None) -> dict:
     """The JSON body of one request for ``record`` in ``params``' API style and mode.
@@ -70,15 +103,25 @@ def build_body(record: PromptRecord, params: GenerationParams, model: str,
     ``messages`` replaces the record's own (a conversation's history so far).
     """
     body: dict = {"model": model}
-    if params.api == "chat":
-        body["messages"] = [dict(m) for m in (messages if messages is not None else record.messages)]
+    history = messages if messages is not None else record.messages
+    budget = params.max_tokens or record.max_tokens
+    if params.api == "responses":
+        body["input"] = responses_input(history)
+        body["max_output_tokens"] = budget
     else:
-        body["prompt"] = record.prompt
-    body["max_tokens"] = params.max_tokens or record.max_tokens
+        if params.api == "chat":
+            body["messages"] = [dict(m) for m in history]
+        else:
+            body["prompt"] = record.prompt
+        body["max_tokens"] = budget
     body["temperature"] = params.temperature
     body["stream"] = params.stream
-    if params.stream:
+    if params.api == "responses":
+        body["store"] = False  # nothing to keep: a server that stores responses would grow over a long run
+    elif params.stream:
         body["stream_options"] = {"include_usage": True}
+        if params.continuous_usage:
+            body["stream_options"]["continuous_usage_stats"] = True
     if params.ignore_eos:
         body["ignore_eos"] = True  # vLLM's (and the basic server's) extension to the OpenAI API
     return body
@@ -110,24 +153,104 @@ def error_detail(payload: object) -> str:
     return _one_line(json.dumps(payload, ensure_ascii=False) if not isinstance(payload, str) else payload)
 
 
-def http_error_message(status: int, body: bytes) -> str:
-    """One line for a non-2xx answer: ``HTTP 404: The model `x` does not exist.``."""
+#: What web frameworks answer for a path they do not route (FastAPI/Starlette, vLLM, nginx, Go's net/http).
+_NO_ROUTE = ("not found", "404 not found", "404 page not found", "404: not found")
+
+
+def http_error_message(status: int, body: bytes, path: str = "") -> str:
+    """One line for a non-2xx answer: ``HTTP 404: The model `x` does not exist.``.
+
+    A 404 whose body says no more than "Not Found" is a server without ``path``:
+    ``HTTP 404: the server has no /v1/responses (Not Found)``.
+    """
     text = body.decode("utf-8", errors="replace").strip()
     try:
         detail = error_detail(json.loads(text)) if text else ""
     except json.JSONDecodeError:
         detail = _one_line(text, 200)
+    if status == 404 and path and (detail.lower().rstrip(".") in _NO_ROUTE or not detail
+                                   or detail.lower().startswith("<")):
+        return f"HTTP 404: the server has no {path} ({detail if detail and detail[0] != '<' else 'Not Found'})"
     return f"HTTP {status}: {detail}" if detail else f"HTTP {status} (empty body)"
 
 
-def choice_text(api: str, choice: dict) -> str:
-    """The generated text a choice carries ('' for none), for either API."""
+# --------------------------------------------------------------------------- what one chunk carries
+
+
+@dataclass
+class Piece:
+    """The generated output one chunk (or a whole sync answer) carries, by kind."""
+
+    answer: str = ""
+    reasoning: str = ""
+    tool: str = ""  # a tool call's name and argument text
+    tool_ids: tuple = ()  # the tool calls it belongs to (index or item id)
+
+    @property
+    def text(self) -> str:
+        return self.reasoning + self.answer + self.tool
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def message_piece(holder: object) -> Piece:
+    """What a chat ``delta`` or ``message`` carries: content, reasoning under either name, tool calls."""
+    if not isinstance(holder, dict):
+        return Piece()
+    piece = Piece(answer=_text(holder.get("content")),
+                  reasoning=_text(holder.get("reasoning_content")) or _text(holder.get("reasoning")))
+    calls = holder.get("tool_calls")
+    if isinstance(calls, list):
+        ids = []
+        for position, call in enumerate(c for c in calls if isinstance(c, dict)):
+            function = call.get("function") if isinstance(call.get("function"), dict) else {}
+            piece.tool += _text(function.get("name")) + _text(function.get("arguments"))
+            ids.append(call.get("index", position))
+        piece.tool_ids = tuple(ids)
+    return piece
+
+
+def choice_piece(api: str, choice: dict) -> Piece:
+    """What a choice carries, for either API (completions carry text only)."""
     if api == "chat":
-        holder = choice.get("delta") if "delta" in choice else choice.get("message")
-        text = (holder or {}).get("content") if isinstance(holder, dict) else None
-    else:
-        text = choice.get("text")
-    return text if isinstance(text, str) else ""
+        return message_piece(choice.get("delta") if "delta" in choice else choice.get("message"))
+    return Piece(answer=_text(choice.get("text")))
+
+
+def choice_text(api: str, choice: dict) -> str:
+    """The answer text a choice carries ('' for none), for either API."""
+    return choice_piece(api, choice).answer
+
+
+@dataclass(frozen=True)
+class Usage:
+    """A usage object's counts (None where absent), in either API's names."""
+
+    output: int | None = None
+    prompt: int | None = None
+    reasoning: int | None = None
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def read_usage(usage: object) -> Usage | None:
+    """The counts of a chat/completion usage (``completion_tokens``) or a Responses one (``output_tokens``)."""
+    if not isinstance(usage, dict):
+        return None
+    responses = "output_tokens" in usage
+    details = usage.get("output_tokens_details" if responses else "completion_tokens_details")
+    reasoning = _int(details.get("reasoning_tokens")) if isinstance(details, dict) else None
+    if reasoning is None:
+        reasoning = _int(usage.get("reasoning_tokens"))  # some servers put it beside the totals
+    return Usage(output=_int(usage.get("output_tokens" if responses else "completion_tokens")),
+                 prompt=_int(usage.get("input_tokens" if responses else "prompt_tokens")), reasoning=reasoning)
+
+
+# --------------------------------------------------------------------------- outcomes
 
 
 @dataclass
@@ -135,11 +258,18 @@ class Outcome:
     """Raw fields of one response (everything a RequestResult holds besides its identity)."""
 
     token_offsets: list[float] = field(default_factory=list)
+    first_output_offset: float | None = None
     output_tokens: int | None = None
     output_tokens_source: str = "none"
     prompt_tokens: int | None = None
+    reasoning_tokens: int | None = None
     output_chars: int = 0
     output_text: str = ""
+    reasoning_text: str = ""
+    tool_calls: int = 0
+    chunk_tokens: list[int] = field(default_factory=list)
+    chunk_tokens_source: str = "none"
+    chunk_texts: list[str] = field(default_factory=list)  # each output chunk's text (for a tokenizer; not logged)
     flags: list[str] = field(default_factory=list)
     error: str = ""
 
@@ -147,46 +277,45 @@ class Outcome:
     def success(self) -> bool:
         return not self.error
 
-
-def _usage_counts(usage: object) -> tuple[int | None, int | None]:
-    """(completion_tokens, prompt_tokens) of a usage object, None where absent."""
-    if not isinstance(usage, dict):
-        return None, None
-    completion, prompt = usage.get("completion_tokens"), usage.get("prompt_tokens")
-    return (completion if isinstance(completion, int) else None, prompt if isinstance(prompt, int) else None)
+    def count_chunks(self, counts: list[int]) -> None:
+        """Take each chunk's token count from the client's tokenizer (where the server gave none)."""
+        self.chunk_tokens, self.chunk_tokens_source = list(counts), "tokenizer"
+        if ITL_PER_CHUNK in self.flags:
+            self.flags.remove(ITL_PER_CHUNK)
 
 
-#: Flag of a response whose ``usage`` says 0 completion tokens although it carried generated text.
-USAGE_ZERO = "usage_zero"
-
-
-def output_token_count(usage_tokens: int | None, text_chunks: int, flags: list[str]) -> tuple[int, str]:
-    """(output tokens, source) of a stream: the server's usage, or the text chunks counted where usage is
+def output_token_count(usage_tokens: int | None, chunks: int, flags: list[str]) -> tuple[int, str]:
+    """(output tokens, source) of a stream: the server's usage, or the output chunks counted where usage is
     missing or says 0 beside generated text (then flagged :data:`USAGE_ZERO` in ``flags``)."""
-    if usage_tokens is not None and (usage_tokens > 0 or text_chunks == 0):
+    if usage_tokens is not None and (usage_tokens > 0 or chunks == 0):
         return usage_tokens, "usage"
     if usage_tokens == 0:
         flags.append(USAGE_ZERO)
-    return text_chunks, "chunks"
+    return chunks, "chunks"
 
 
 class StreamReader:
     """Interprets one SSE response: feed each line with its arrival offset, then take :meth:`outcome`.
 
-    :meth:`feed` returns True once ``data: [DONE]`` has arrived and raises
-    :class:`WireError` for an error event or a malformed chunk.
+    :meth:`feed` returns True once the stream's end has arrived (``data: [DONE]``;
+    Responses: ``response.completed``) and raises :class:`WireError` for an error
+    event or a malformed chunk.
     """
 
     def __init__(self, api: str):
         self.api = api
         self.decoder = SSEDecoder()
         self.token_offsets: list[float] = []
-        self.parts: list[str] = []
+        self.first_output: float | None = None
+        self.answer: list[str] = []
+        self.reasoning: list[str] = []
+        self.texts: list[str] = []
+        self.running: list[int | None] = []  # the server's running token count at each output chunk
+        self.tools: set = set()
         self.chars = 0
         self.events = 0
         self.done = False
-        self.usage_tokens: int | None = None
-        self.prompt_tokens: int | None = None
+        self.usage = Usage()
         self._last_offset = 0.0
 
     def feed(self, line: bytes | str, offset: float) -> bool:
@@ -201,7 +330,7 @@ class StreamReader:
         return self.done
 
     def end(self) -> bool:
-        """The body ended: take a last event not closed by a blank line; True when ``[DONE]`` was seen."""
+        """The body ended: take a last event not closed by a blank line; True when the end was seen."""
         event = self.decoder.flush()
         if event is not None:
             self._event(event, self._last_offset)
@@ -209,7 +338,7 @@ class StreamReader:
 
     def _event(self, event: SSEEvent, offset: float) -> None:
         if self.done:
-            return  # nothing after [DONE] counts
+            return  # nothing after the end counts
         self.events += 1
         if event.is_done:
             self.done = True
@@ -218,31 +347,90 @@ class StreamReader:
             chunk = event.json()
         except SSEFormatError as exc:  # "malformed SSE data (not JSON): ..."
             raise WireError(str(exc)) from None
+        if self.api == "responses":
+            self._responses_event(chunk.get("type") or event.event, chunk, offset)
+        else:
+            self._choices_chunk(chunk, event, offset)
+
+    def _choices_chunk(self, chunk: dict, event: SSEEvent, offset: float) -> None:
         if "error" in chunk:
             raise WireError(f"error event in the stream: {error_detail(chunk)}")
-        tokens, prompt = _usage_counts(chunk.get("usage"))
-        if tokens is not None:
-            self.usage_tokens, self.prompt_tokens = tokens, prompt
+        usage = read_usage(chunk.get("usage"))
+        if usage is not None and usage.output is not None:
+            self.usage = usage
         choices = chunk.get("choices")
         if not isinstance(choices, list):
             raise WireError(f"malformed SSE: chunk without a choices list: {event.data[:120]!r}")
         if choices:
             if not isinstance(choices[0], dict):
                 raise WireError(f"malformed SSE: choice is not an object: {event.data[:120]!r}")
-            text = choice_text(self.api, choices[0])
-            if text:
-                self.token_offsets.append(offset)
-                self.parts.append(text)
-                self.chars += len(text)
+            self._take(choice_piece(self.api, choices[0]), offset, usage.output if usage else None)
+
+    def _responses_event(self, kind: str, chunk: dict, offset: float) -> None:
+        if kind in RESPONSES_REASONING:
+            self._take(Piece(reasoning=_text(chunk.get("delta"))), offset)
+        elif kind in RESPONSES_ANSWER:
+            self._take(Piece(answer=_text(chunk.get("delta"))), offset)
+        elif kind in RESPONSES_TOOL:
+            self._take(Piece(tool=_text(chunk.get("delta")), tool_ids=(chunk.get("item_id"),)), offset)
+        elif kind in RESPONSES_END:
+            response = chunk.get("response") if isinstance(chunk.get("response"), dict) else {}
+            self.usage = read_usage(response.get("usage")) or Usage()
+            self.done = True
+        elif kind == "response.failed":
+            response = chunk.get("response") if isinstance(chunk.get("response"), dict) else {}
+            raise WireError(f"response.failed: {error_detail(response.get('error') or response)}")
+        elif kind == "error" or chunk.get("error"):
+            raise WireError(f"error event in the stream: {error_detail(chunk)}")
+        # response.created, response.in_progress, *.added, *.done: lifecycle events, no tokens
+
+    def _take(self, piece: Piece, offset: float, running: int | None = None) -> None:
+        """Record an output chunk (a chunk that carries no generated text is not one)."""
+        text = piece.text
+        if not text:
+            return
+        self.token_offsets.append(offset)
+        self.texts.append(text)
+        self.running.append(running)
+        if self.first_output is None and (piece.answer or piece.tool):
+            self.first_output = offset
+        if piece.answer:
+            self.answer.append(piece.answer)
+            self.chars += len(piece.answer)
+        if piece.reasoning:
+            self.reasoning.append(piece.reasoning)
+        self.tools.update(piece.tool_ids)
+
+    def chunk_tokens(self) -> list[int] | None:
+        """Tokens per output chunk from the server's running counts (None unless every chunk had one)."""
+        if not self.running or any(r is None for r in self.running):
+            return None
+        counts, before = [], 0
+        for running in self.running:
+            counts.append(max(running - before, 0))
+            before = max(before, running)
+        return counts
 
     def outcome(self) -> Outcome:
-        """What the stream delivered; an error when it ended without ``[DONE]``."""
-        result = Outcome(token_offsets=list(self.token_offsets), prompt_tokens=self.prompt_tokens,
-                         output_chars=self.chars, output_text="".join(self.parts))
+        """What the stream delivered; an error when it ended without its end event."""
+        result = Outcome(token_offsets=list(self.token_offsets), first_output_offset=self.first_output,
+                         prompt_tokens=self.usage.prompt, reasoning_tokens=self.usage.reasoning,
+                         output_chars=self.chars, output_text="".join(self.answer),
+                         reasoning_text="".join(self.reasoning), tool_calls=len(self.tools),
+                         chunk_texts=list(self.texts))
         result.output_tokens, result.output_tokens_source = output_token_count(
-            self.usage_tokens, len(self.token_offsets), result.flags)
+            self.usage.output, len(self.token_offsets), result.flags)
+        counts = self.chunk_tokens()
+        if counts is not None:
+            result.chunk_tokens, result.chunk_tokens_source = counts, "usage"
+        elif self.token_offsets:
+            result.chunk_tokens_source = "chunks"
+            # one token more than chunks is the end-of-sequence token, counted but sent without text
+            if result.output_tokens_source == "usage" and result.output_tokens > len(self.token_offsets) + 1:
+                result.flags.append(ITL_PER_CHUNK)
         if not self.done:
-            result.error = "stream ended without [DONE]" if self.events else "stream ended without any SSE event"
+            end = "response.completed" if self.api == "responses" else "[DONE]"
+            result.error = f"stream ended without {end}" if self.events else "stream ended without any SSE event"
         return result
 
 
@@ -254,23 +442,53 @@ def read_body(api: str, body: bytes) -> Outcome:
         return Outcome(error=f"malformed JSON body ({exc.__class__.__name__}): {_one_line(repr(body[:120]))}")
     if not isinstance(payload, dict):
         return Outcome(error="malformed JSON body: not an object")
-    if "error" in payload:
+    if payload.get("error"):  # a Responses body carries "error": null
         return Outcome(error=f"error in the response body: {error_detail(payload)}")
-    choices = payload.get("choices")
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        return Outcome(error="malformed JSON body: no choices")
-    text = choice_text(api, choices[0])
-    tokens, prompt = _usage_counts(payload.get("usage"))
+    if api == "responses":
+        if payload.get("status") == "failed":
+            return Outcome(error="response failed (status failed, no error given)")
+        piece = responses_output_piece(payload.get("output"))
+        if piece is None:
+            return Outcome(error="malformed JSON body: no output list")
+    else:
+        choices = payload.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            return Outcome(error="malformed JSON body: no choices")
+        piece = choice_piece(api, choices[0])
+    usage = read_usage(payload.get("usage")) or Usage()
     flags: list[str] = []
-    if tokens is None:
+    if usage.output is None:
         source = "none"
-    elif tokens == 0 and text:
+    elif usage.output == 0 and piece.text:
         source = "none"
         flags.append(USAGE_ZERO)
     else:
         source = "usage"
-    return Outcome(output_tokens=tokens, output_tokens_source=source, prompt_tokens=prompt, output_chars=len(text),
-                   output_text=text, flags=flags)
+    return Outcome(output_tokens=usage.output, output_tokens_source=source, prompt_tokens=usage.prompt,
+                   reasoning_tokens=usage.reasoning, output_chars=len(piece.answer), output_text=piece.answer,
+                   reasoning_text=piece.reasoning, tool_calls=len(piece.tool_ids), flags=flags)
+
+
+def responses_output_piece(output: object) -> Piece | None:
+    """What a Responses ``output`` list holds: message text, reasoning text, tool calls (None: not a list)."""
+    if not isinstance(output, list):
+        return None
+    piece = Piece()
+    tools = []
+    for item in (i for i in output if isinstance(i, dict)):
+        kind = item.get("type")
+        parts = item.get("content") if isinstance(item.get("content"), list) else []
+        if kind == "message":
+            piece.answer += "".join(_text(p.get("text")) or _text(p.get("refusal")) for p in parts
+                                    if isinstance(p, dict))
+        elif kind == "reasoning":
+            summary = item.get("summary") if isinstance(item.get("summary"), list) else []
+            piece.reasoning += "".join(_text(p.get("text")) for p in parts + summary if isinstance(p, dict))
+        elif kind in ("function_call", "custom_tool_call"):
+            piece.tool += _text(item.get("name")) + _text(item.get("arguments") or item.get("input"))
+            tools.append(item.get("id") or item.get("call_id") or len(tools))
+    piece.tool_ids = tuple(tools)
+    return piece
 
 
 def first_model_id(body: bytes) -> str:

@@ -70,6 +70,10 @@ class TokenCounter:
         """Token counts of completion prompts (special tokens added, as the server encodes them)."""
         return [len(ids) for ids in self.prompt_ids(prompts)]
 
+    def text_tokens(self, texts: Sequence[str]) -> list[int]:
+        """Token counts of raw texts (no special tokens): a stream's chunks, a generated answer."""
+        return [len(ids) for ids in self.text_ids(texts)] if texts else []
+
     def chat_tokens(self, conversations: Sequence[Sequence[dict]]) -> list[int | None]:
         """Token counts of chat requests after the model's chat template (None without a template)."""
         return [None if ids is None else len(ids) for ids in self.chat_ids(conversations)]

@@ -12,6 +12,12 @@ The request body's ``model`` picks the behaviour (``cycle`` rotates through
 * ``stall``: one token, then silence for 30 s (a client time-out)
 * ``drop``: one token, then the connection is closed mid-body
 * ``zerousage`` (not in the cycle): three tokens and a usage of 0 completion tokens
+* ``thinking`` (not in the cycle): two reasoning chunks (``reasoning_content``), then a tool call and the answer
+* ``chunky`` (not in the cycle): three chunks of two words each, final usage only (no running counts)
+
+``POST /v1/responses`` answers ``ok`` as the Responses API does (named events,
+``response.completed`` with usage), or 404 ``{"detail": "Not Found"}`` when
+started with ``--no-responses`` (a server without the endpoint).
 
 ``GET /v1/models`` lists ``--models-id`` after ``--models-delay`` seconds (a slow
 or hanging look-up); ``GET /lookups`` says how many times it was asked.
@@ -32,10 +38,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 CYCLE = ("ok", "http500", "malformed", "nodone", "midstream", "stall", "drop")
 TOKENS = (" alpha", " beta", " gamma")
+CHUNKY = (" one two", " three four", " five six")
 
 
 class FaultHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # each event leaves when written (Nagle would hold small ones for an ACK)
     server: "FaultServer"
 
     def log_message(self, *args) -> None:  # quiet
@@ -94,6 +102,12 @@ class FaultHandler(BaseHTTPRequestHandler):
         self.server.last_headers = dict(self.headers)
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
         self.api = "chat" if self.path.endswith("/chat/completions") else "completion"
+        if self.path.endswith("/v1/responses"):
+            if self.server.no_responses:
+                self.send_json(404, {"detail": "Not Found"})  # what FastAPI answers for a route it lacks
+            else:
+                self.do_responses(body)
+            return
         behaviour = body.get("model", "ok")
         if behaviour == "cycle":
             behaviour = next(self.server.cycle)
@@ -131,6 +145,54 @@ class FaultHandler(BaseHTTPRequestHandler):
             self.token(text)
         self.event({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 0}})
         self.event("[DONE]")
+        self.end_stream()
+
+    def do_thinking(self, body) -> None:
+        """Reasoning first (the older ``reasoning_content`` name), then a tool call's deltas, then text."""
+        self.start_stream()
+        self.event({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
+        for text in (" think", " more"):
+            time.sleep(0.02)
+            self.event({"choices": [{"index": 0, "delta": {"reasoning_content": text}}]})
+        call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
+        time.sleep(0.02)
+        self.event({"choices": [{"index": 0, "delta": {"tool_calls": [call]}}]})
+        time.sleep(0.02)
+        self.token(TOKENS[0])
+        self.event({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 5,
+                                             "completion_tokens_details": {"reasoning_tokens": 2}}})
+        self.event("[DONE]")
+        self.end_stream()
+
+    def do_chunky(self, body) -> None:
+        """Chunks of two words each, 40 ms apart, and only a final usage: the client must count each chunk."""
+        self.start_stream()
+        for text in CHUNKY:
+            time.sleep(0.04)
+            self.token(text)
+        self.event({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2 * len(CHUNKY)}})
+        self.event("[DONE]")
+        self.end_stream()
+
+    def do_responses(self, body) -> None:
+        usage = {"input_tokens": 3, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": len(TOKENS),
+                 "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 3 + len(TOKENS)}
+        done = {"id": "resp_1", "object": "response", "status": "completed", "error": None, "usage": usage,
+                "output": [{"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+                            "content": [{"type": "output_text", "text": "".join(TOKENS), "annotations": []}]}]}
+        if not body.get("stream"):
+            self.send_json(200, done)
+            return
+        self.start_stream()
+
+        def named(payload: dict) -> None:
+            self.chunk(f"event: {payload['type']}\ndata: {json.dumps(payload)}\n\n".encode())
+
+        named({"type": "response.created", "response": {**done, "status": "in_progress", "usage": None}})
+        for text in TOKENS:
+            time.sleep(0.02)
+            named({"type": "response.output_text.delta", "item_id": "msg_1", "delta": text})
+        named({"type": "response.completed", "response": done})
         self.end_stream()
 
     def do_slow(self, body) -> None:
@@ -187,9 +249,11 @@ class FaultServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, port: int, gap: float = 0.3, models_delay: float = 0.0, models_id: str = "fault"):
+    def __init__(self, port: int, gap: float = 0.3, models_delay: float = 0.0, models_id: str = "fault",
+                 no_responses: bool = False):
         super().__init__(("127.0.0.1", port), FaultHandler)
         self.gap, self.models_delay, self.models_id = gap, models_delay, models_id
+        self.no_responses = no_responses
         self.lookups, self.lock = 0, threading.Lock()
         self.cycle = itertools.cycle(CYCLE)
         self.last_headers: dict = {}
@@ -200,9 +264,9 @@ class FaultServer(ThreadingHTTPServer):
         return f"http://127.0.0.1:{self.server_address[1]}"
 
 
-def start_in_thread(port: int = 0, gap: float = 0.3) -> FaultServer:
+def start_in_thread(port: int = 0, gap: float = 0.3, no_responses: bool = False) -> FaultServer:
     """Serve in a daemon thread; ``server.shutdown()`` stops it."""
-    server = FaultServer(port, gap)
+    server = FaultServer(port, gap, no_responses=no_responses)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 
@@ -213,8 +277,9 @@ def main() -> None:
     parser.add_argument("--gap", type=float, default=0.3)
     parser.add_argument("--models-delay", type=float, default=0.0)
     parser.add_argument("--models-id", default="fault")
+    parser.add_argument("--no-responses", action="store_true", help="answer 404 to POST /v1/responses")
     args = parser.parse_args()
-    server = FaultServer(args.port, args.gap, args.models_delay, args.models_id)
+    server = FaultServer(args.port, args.gap, args.models_delay, args.models_id, args.no_responses)
     print(f"serving on {server.url}", flush=True)
     server.serve_forever()
 

@@ -89,3 +89,59 @@ def test_connection_refused_is_a_failed_result():
 
 def test_model_lookup(server):
     assert make_client(server.url).list_first_model() == "fault"
+
+
+def test_reasoning_and_tool_calls_end_to_end(server):
+    result = make_client(server.url).generate(RECORD, "thinking")
+    assert result.success, result.error
+    assert len(result.token_offsets) == 4  # two reasoning chunks, the tool call, the answer
+    assert result.first_output_offset == result.token_offsets[2]  # the tool call starts the answer
+    assert (result.reasoning_text, result.output_text, result.tool_calls) == (" think more", " alpha", 1)
+    assert (result.output_tokens, result.reasoning_tokens) == (5, 2)
+    m = request_metrics(result)
+    assert m.ttfo - m.ttft == pytest.approx(0.04, abs=0.015)  # two 20 ms steps of reasoning before the answer
+
+
+def test_chunks_of_several_tokens_are_counted_by_the_tokenizer_when_one_is_at_hand(server):
+    without = make_client(server.url, api="completion").generate(RECORD, "chunky")
+    assert without.success and without.chunk_tokens_source == "chunks" and "itl_per_chunk" in without.flags
+    assert len(request_metrics(without).itl) == 2  # one gap per chunk: ITL twice the per-token truth
+    words = lambda texts: [len(t.split()) for t in texts]  # noqa: E731 - the chunks' true counts
+    client = make_client(server.url, api="completion")
+    client.chunk_counter = words
+    result = client.generate(RECORD, "chunky")
+    assert (result.chunk_tokens, result.chunk_tokens_source, result.flags) == ([2, 2, 2], "tokenizer", [])
+    m = request_metrics(result)
+    assert len(m.itl) == 4 and all(gap == pytest.approx(0.02, abs=0.015) for gap in m.itl)
+    assert m.tpot == pytest.approx(0.02, abs=0.01)
+
+
+@pytest.mark.model
+def test_the_model_tokenizer_counts_chunks(server, default_model):
+    from llmload.tasks.tokens import TokenCounter
+
+    counter = TokenCounter.load(default_model)
+    client = make_client(server.url, api="completion")
+    client.chunk_counter = counter.text_tokens
+    result = client.generate(RECORD, "chunky")
+    assert result.chunk_tokens_source == "tokenizer"
+    assert result.chunk_tokens == counter.text_tokens([" one two", " three four", " five six"])
+
+
+@pytest.mark.parametrize("mode", ["stream", "sync"])
+def test_responses_api(server, mode):
+    result = make_client(server.url, api="responses", mode=mode).generate(RECORD, "ok")
+    assert result.success, result.error
+    assert (result.output_text, result.output_tokens, result.prompt_tokens, result.reasoning_tokens) == (
+        "".join(TOKENS), 3, 3, 0)
+    assert len(result.token_offsets) == (3 if mode == "stream" else 0)
+
+
+def test_responses_against_a_server_without_the_endpoint():
+    srv = start_in_thread(no_responses=True)
+    try:
+        result = make_client(srv.url, api="responses").generate(RECORD, "ok")
+    finally:
+        srv.shutdown()
+    assert not result.success and result.status_code == 404
+    assert result.error == "HTTP 404: the server has no /v1/responses (Not Found)"

@@ -131,3 +131,37 @@ def test_every_catalogue_column_has_a_title_and_the_flat_row_follows_summary_col
     assert column_title("ttft_p50") == "TTFT p50 ms" and column_title("request_throughput") == "req/s"
     assert column_scale("ttft_p50") == 1000.0 and column_scale("output_token_throughput") == 1.0
     assert set(headline_columns()) <= set(summary_columns())
+
+
+def test_chunks_of_several_tokens_give_per_token_gaps_and_tpot():
+    # chunks of 1, 3, 2 tokens: 60 ms before the 3-token chunk, 40 ms before the 2-token one
+    r = RequestResult("r", "chat", "chat", "stream", 0.0, 0.3, [0.1, 0.16, 0.2], output_tokens=6,
+                      chunk_tokens=[1, 3, 2], chunk_tokens_source="usage")
+    m = request_metrics(r)
+    assert m.itl == pytest.approx((0.02, 0.02, 0.02, 0.02, 0.02))
+    assert m.tpot == pytest.approx(0.02) and math.isclose(sum(m.itl), m.e2e - m.ttft)
+    # without the counts: one gap per chunk, and TPOT over output tokens - 1 (vLLM's formula)
+    unknown = RequestResult("r", "chat", "chat", "stream", 0.0, 0.3, [0.1, 0.16, 0.2], output_tokens=6)
+    assert request_metrics(unknown).itl == pytest.approx((0.06, 0.04)) and request_metrics(unknown).tpot == \
+        pytest.approx(0.1 / 5)
+    # a chunk said to carry no token hands its gap to the next one; the gaps still add up
+    odd = RequestResult("r", "chat", "chat", "stream", 0.0, 0.3, [0.1, 0.12, 0.16, 0.2], output_tokens=4,
+                        chunk_tokens=[1, 0, 2, 1])
+    assert request_metrics(odd).itl == pytest.approx((0.03, 0.03, 0.04))
+
+
+def test_reasoning_counts_in_ttft_tpot_and_tokens_and_the_answer_has_its_own_ttfo():
+    # the measurement: 20 reasoning tokens from 100 ms, one every 20 ms, then 10 of content
+    offsets = [0.1 + 0.02 * i for i in range(30)]
+    r = RequestResult("r", "chat", "chat", "stream", 10.0, 0.7, offsets, output_tokens=30,
+                      first_output_offset=offsets[20], reasoning_tokens=20)
+    m = request_metrics(r)
+    assert m.ttft == pytest.approx(0.1) and m.ttfo == pytest.approx(0.5) and m.tpot == pytest.approx(0.02)
+    s = summarize([r])
+    assert s.get("ttfo", "p50") == pytest.approx(0.5) and s.get("reasoning_tokens", "mean") == 20
+    assert "TTFO p50 500.0 ms" in s.line() and "20.0 reasoning tokens per request" in s.line()
+    assert "ttfo_p50" in headline_columns() and "reasoning_tokens_mean" in headline_columns()
+    assert column_title("ttfo_p50") == "TTFO p50 ms" and column_title("reasoning_tokens_mean") == \
+        "reasoning tokens mean tok"
+    plain = summarize([stream_result()])
+    assert plain.get("reasoning_tokens", "mean") is None and "TTFO" not in plain.line()

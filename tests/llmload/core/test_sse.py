@@ -34,3 +34,12 @@ def test_format_event_round_trips():
     text = format_event({"k": "é"})
     assert text.endswith("\n\n")
     assert next(iter_events(text.splitlines(keepends=True))).json() == {"k": "é"}
+
+
+def test_event_names_are_kept():
+    lines = [b"event: response.output_text.delta\n", b'data: {"delta": "a"}\n', b"\n", b'data: {"b": 1}\n', b"\n"]
+    events = list(iter_events(lines))
+    assert [(e.event, e.data) for e in events] == [("response.output_text.delta", '{"delta": "a"}'), ("", '{"b": 1}')]
+    text = format_event({"type": "response.created"}, event="response.created")
+    assert text.startswith("event: response.created\ndata: ")
+    assert next(iter_events(text.splitlines(keepends=True))).event == "response.created"

@@ -49,14 +49,27 @@ def feed_all(reader, events, start=0.1, step=0.02):
 def test_chat_stream_body_asks_for_usage_and_uses_messages():
     body = build_body(RECORD, GenerationParams(api="chat", mode="stream", max_tokens=16, ignore_eos=True), "m")
     assert body == {"model": "m", "messages": [{"role": "user", "content": "Tell me a story."}], "max_tokens": 16,
-                    "temperature": 0.0, "stream": True, "stream_options": {"include_usage": True},
-                    "ignore_eos": True}
+                    "temperature": 0.0, "stream": True,
+                    "stream_options": {"include_usage": True, "continuous_usage_stats": True}, "ignore_eos": True}
+    no_running_count = GenerationParams(api="chat", mode="stream", continuous_usage=False)
+    assert build_body(RECORD, no_running_count, "m")["stream_options"] == {"include_usage": True}
 
 
 def test_completion_sync_body_uses_prompt_and_record_budget():
     body = build_body(RECORD, GenerationParams(api="completion", mode="sync", temperature=0.5), "m")
     assert body == {"model": "m", "prompt": "Tell me a story.", "max_tokens": 64, "temperature": 0.5,
                     "stream": False}
+
+
+def test_responses_bodies_send_input_and_max_output_tokens():
+    stream = build_body(RECORD, GenerationParams(api="responses", mode="stream", max_tokens=16, ignore_eos=True), "m")
+    assert stream == {"model": "m", "input": "Tell me a story.", "max_output_tokens": 16, "temperature": 0.0,
+                      "stream": True, "store": False, "ignore_eos": True}  # no stream_options: not in the API
+    history = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    sync = build_body(RECORD, GenerationParams(api="responses", mode="sync"), "m", messages=history)
+    assert sync == {"model": "m", "input": history, "max_output_tokens": 64, "temperature": 0.0, "stream": False,
+                    "store": False}
+    assert GenerationParams(api="responses").path == "/v1/responses"
 
 
 def test_bad_api_or_mode_is_rejected():
@@ -144,3 +157,176 @@ def test_first_model_id():
     assert first_model_id(b'{"object": "list", "data": [{"id": "a"}, {"id": "b"}]}') == "a"
     with pytest.raises(WireError, match="lists no model"):
         first_model_id(b'{"data": []}')
+
+
+# --------------------------------------------------------------------------- reasoning, tool calls, chunk tokens
+
+
+def delta_chunk(usage=None, **delta):
+    chunk = {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta}]}
+    if usage is not None:
+        chunk["usage"] = usage
+    return chunk
+
+
+@pytest.mark.parametrize("field", ["reasoning_content", "reasoning"])
+def test_reasoning_chunks_are_output_chunks_and_the_answer_starts_later(field):
+    reader = StreamReader("chat")
+    events = ([delta_chunk(role="assistant", content="")] + [delta_chunk(**{field: w}) for w in (" Let", " me", " see")]
+              + [delta_chunk(content=" Four"), delta_chunk(content=".")]
+              + [chat_chunk(choices=False, usage={"prompt_tokens": 5, "completion_tokens": 5,
+                                                  "completion_tokens_details": {"reasoning_tokens": 3}}), "[DONE]"])
+    assert feed_all(reader, events)
+    out = reader.outcome()
+    assert out.success
+    assert out.token_offsets == pytest.approx([0.12, 0.14, 0.16, 0.18, 0.20])  # reasoning counts from the first
+    assert out.first_output_offset == pytest.approx(0.18)
+    assert (out.output_text, out.reasoning_text, out.output_chars) == (" Four.", " Let me see", 6)
+    assert (out.output_tokens, out.reasoning_tokens) == (5, 3)
+    result = RequestResult("id", "chat", "chat", "stream", 0.0, end_offset=0.25, token_offsets=out.token_offsets,
+                           output_tokens=out.output_tokens, first_output_offset=out.first_output_offset,
+                           reasoning_tokens=out.reasoning_tokens)
+    m = request_metrics(result)
+    assert m.ttft == pytest.approx(0.12) and m.ttfo == pytest.approx(0.18) and m.tpot == pytest.approx(0.02)
+    assert m.reasoning_tokens == 3 and m.output_tokens == 5
+
+
+def test_tool_call_deltas_are_answer_chunks():
+    reader = StreamReader("chat")
+    call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": ""}}
+    events = [delta_chunk(role="assistant", content=""), delta_chunk(reasoning="Need weather."),
+              delta_chunk(tool_calls=[call]),
+              delta_chunk(tool_calls=[{"index": 0, "function": {"arguments": '{"city":'}}]),
+              delta_chunk(tool_calls=[{"index": 0, "function": {"arguments": '"Paris"}'}}]),
+              delta_chunk(tool_calls=[{"index": 1, "function": {"name": "get_time", "arguments": "{}"}}]),
+              chat_chunk(choices=False, usage={"prompt_tokens": 9, "completion_tokens": 12}), "[DONE]"]
+    assert feed_all(reader, events)
+    out = reader.outcome()
+    assert out.success and out.tool_calls == 2 and out.output_text == ""
+    assert len(out.token_offsets) == 5 and out.first_output_offset == pytest.approx(0.14)
+    sync = {"choices": [{"index": 0, "message": {"role": "assistant", "content": None, "reasoning_content": "Hm.",
+                                                 "tool_calls": [call]}}],
+            "usage": {"prompt_tokens": 9, "completion_tokens": 7, "completion_tokens_details": {"reasoning_tokens": 2}}}
+    out = read_body("chat", json.dumps(sync).encode())
+    assert out.success and (out.tool_calls, out.reasoning_text, out.reasoning_tokens, out.output_text) == (
+        1, "Hm.", 2, "")
+
+
+def test_continuous_usage_gives_each_chunk_its_token_count():
+    reader = StreamReader("chat")
+    running = lambda n: {"prompt_tokens": 5, "completion_tokens": n}  # noqa: E731
+    events = [delta_chunk(running(0), role="assistant", content=""), delta_chunk(running(1), content=" a"),
+              delta_chunk(running(4), content=" b c d"), delta_chunk(running(4), content=""),  # no text: no chunk
+              delta_chunk(running(6), content=" e f"), chat_chunk(choices=False, usage=running(6)), "[DONE]"]
+    assert feed_all(reader, events)
+    out = reader.outcome()
+    assert (out.chunk_tokens, out.chunk_tokens_source, out.output_tokens) == ([1, 3, 2], "usage", 6)
+    assert out.token_offsets == pytest.approx([0.12, 0.14, 0.18]) and out.flags == []
+
+
+def test_without_running_counts_chunks_of_several_tokens_are_flagged():
+    reader = StreamReader("completion")
+    events = [{"choices": [{"index": 0, "text": t}]} for t in (" a b", " c d", " e f")]
+    events += [{"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 6}}, "[DONE]"]
+    assert feed_all(reader, events)
+    out = reader.outcome()
+    assert (out.chunk_tokens, out.chunk_tokens_source, out.flags) == ([], "chunks", ["itl_per_chunk"])
+    assert out.chunk_texts == [" a b", " c d", " e f"]
+    out.count_chunks([2, 2, 2])  # a tokenizer's counts
+    assert (out.chunk_tokens, out.chunk_tokens_source, out.flags) == ([2, 2, 2], "tokenizer", [])
+
+
+# --------------------------------------------------------------------------- the Responses API
+
+
+def responses_lines(events):
+    """Named SSE events as the Responses API sends them (``event:`` then ``data:``), one list per event."""
+    return [[f"event: {e['type']}\n".encode(), f"data: {json.dumps(e)}\n".encode(), b"\n"] for e in events]
+
+
+def feed_responses(reader, events, start=0.1, step=0.02):
+    for i, lines in enumerate(responses_lines(events)):
+        for line in lines:
+            if reader.feed(line, start + i * step):
+                return True
+    return reader.end()
+
+
+def response_object(status="completed", usage=None, output=()):
+    return {"id": "resp_1", "object": "response", "status": status, "output": list(output), "error": None,
+            "usage": usage}
+
+
+USAGE = {"input_tokens": 7, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 4,
+         "output_tokens_details": {"reasoning_tokens": 2}, "total_tokens": 11}
+
+
+@pytest.mark.parametrize("end", ["response.completed", "response.incomplete"])
+def test_responses_stream_events(end):
+    reader = StreamReader("responses")
+    events = [{"type": "response.created", "sequence_number": 0, "response": response_object("in_progress")},
+              {"type": "response.in_progress", "sequence_number": 1, "response": response_object("in_progress")},
+              {"type": "response.output_item.added", "item": {"type": "reasoning", "id": "rs_1"}},
+              {"type": "response.reasoning_text.delta", "item_id": "rs_1", "delta": "Hmm"},
+              {"type": "response.reasoning_text.delta", "item_id": "rs_1", "delta": " ok"},
+              {"type": "response.output_item.added", "item": {"type": "message", "id": "msg_1"}},
+              {"type": "response.output_text.delta", "item_id": "msg_1", "delta": " Hi"},
+              {"type": "response.output_text.delta", "item_id": "msg_1", "delta": "!"},
+              {"type": "response.output_text.done", "item_id": "msg_1", "text": " Hi!"},
+              {"type": end, "response": response_object(end.split(".")[1], USAGE)}]
+    assert feed_responses(reader, events)
+    out = reader.outcome()
+    assert out.success, out.error
+    assert out.token_offsets == pytest.approx([0.16, 0.18, 0.22, 0.24])  # lifecycle events are not tokens
+    assert out.first_output_offset == pytest.approx(0.22)
+    assert (out.output_text, out.reasoning_text) == (" Hi!", "Hmm ok")
+    assert (out.output_tokens, out.output_tokens_source, out.prompt_tokens, out.reasoning_tokens) == (4, "usage", 7, 2)
+    assert out.chunk_tokens_source == "chunks" and out.flags == []
+
+
+def test_responses_event_name_from_the_event_line_when_data_has_no_type():
+    reader = StreamReader("responses")
+    for line in (b"event: response.output_text.delta\n", b'data: {"delta": "x"}\n', b"\n",
+                 b"event: response.completed\n", b'data: {"response": {"usage": {"output_tokens": 1}}}\n', b"\n"):
+        reader.feed(line, 0.1)
+    out = reader.outcome()
+    assert out.success and out.token_offsets == [0.1] and out.output_tokens == 1
+
+
+def test_responses_failures_are_one_line():
+    failed = {"type": "response.failed", "response": {**response_object("failed"),
+                                                      "error": {"code": "server_error", "message": "boom\nat x"}}}
+    reader = StreamReader("responses")
+    with pytest.raises(WireError, match=r"^response.failed: boom at x$"):
+        feed_responses(reader, [{"type": "response.output_text.delta", "delta": "a"}, failed])
+    error = {"type": "error", "code": "rate_limit", "message": "too many", "sequence_number": 3}
+    with pytest.raises(WireError, match="^error event in the stream: too many$"):
+        feed_responses(StreamReader("responses"), [error])
+    reader = StreamReader("responses")
+    assert not feed_responses(reader, [{"type": "response.output_text.delta", "delta": "a"}])
+    assert reader.outcome().error == "stream ended without response.completed"
+
+
+def test_responses_sync_bodies():
+    output = [{"type": "reasoning", "id": "rs", "summary": [], "content": [{"type": "reasoning_text", "text": "Hm"}]},
+              {"type": "message", "id": "m", "role": "assistant", "status": "completed",
+               "content": [{"type": "output_text", "text": "Hello", "annotations": []}]},
+              {"type": "function_call", "id": "fc", "call_id": "c", "name": "f", "arguments": "{}"}]
+    out = read_body("responses", json.dumps(response_object("incomplete", USAGE, output)).encode())
+    assert out.success, out.error
+    assert (out.output_text, out.reasoning_text, out.tool_calls, out.output_tokens, out.reasoning_tokens) == (
+        "Hello", "Hm", 1, 4, 2)
+    failed = {**response_object("failed"), "error": {"code": "server_error", "message": "engine died"}}
+    assert read_body("responses", json.dumps(failed).encode()).error == "error in the response body: engine died"
+    assert read_body("responses", b'{"object": "response"}').error == "malformed JSON body: no output list"
+
+
+def test_a_missing_endpoint_says_so():
+    assert http_error_message(404, b'{"detail":"Not Found"}', "/v1/responses") == \
+        "HTTP 404: the server has no /v1/responses (Not Found)"
+    assert http_error_message(404, b"<html><body>404 Not Found</body></html>", "/v1/responses") == \
+        "HTTP 404: the server has no /v1/responses (Not Found)"
+    assert http_error_message(404, b"", "/v1/responses") == "HTTP 404: the server has no /v1/responses (Not Found)"
+    # a 404 that says more is the server's own message (an unknown model)
+    assert http_error_message(404, b'{"error": {"message": "The model `x` does not exist."}}', "/v1/responses") == \
+        "HTTP 404: The model `x` does not exist."
