@@ -27,8 +27,7 @@ from server.engines import create_engine
 from server.errors import APIError, ClientDisconnected, error_response, install_error_handlers
 from server.limits import RequestLimits
 from server.metrics import ServerMetrics
-from server.engines.base import (Engine, FinishReason, GenerationDelta, PreparedPrompt, PromptTooLong,
-                                 SamplingParams)
+from server.engines.base import Engine, GenerationDelta, PreparedPrompt, PromptTooLong, SamplingParams
 from server.protocol import (
     ChatCompletionChoice,
     ChatCompletionChunk,
@@ -41,12 +40,28 @@ from server.protocol import (
     CompletionRequest,
     CompletionResponse,
     CompletionStreamChoice,
+    CompletionTokensDetails,
+    ContentPartEvent,
     DeltaMessage,
     ErrorInfo,
     ErrorResponse,
+    IncompleteDetails,
     ModelCard,
     ModelList,
+    OutputItemEvent,
+    OutputMessage,
+    OutputText,
+    OutputTokensDetails,
+    ReasoningItem,
+    ReasoningText,
+    ResponseError,
+    ResponseLifecycleEvent,
+    ResponseObject,
+    ResponsesRequest,
+    ResponseUsage,
     SamplingFields,
+    TextDeltaEvent,
+    TextDoneEvent,
     UsageInfo,
 )
 from server.settings import ServerSettings
@@ -79,57 +94,280 @@ class APIKeyMiddleware:
         await self.app(scope, receive, send)
 
 
-# --------------------------------------------------------------------------- the two API styles
+# --------------------------------------------------------------------------- the three API styles
+
+
+@dataclass
+class Answer:
+    """A generation run to its end: the answer text, the reasoning text, and the last delta."""
+
+    text: str
+    reasoning: str
+    last: GenerationDelta
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """One request being answered: what every chunk repeats (``id``, ``created``, ``model``), the prompt, the
+    request and the engine's reasoning format."""
+
+    head: dict
+    prompt: PreparedPrompt
+    body: SamplingFields
+    reasons: bool
+    reasoning_field: str
+
+    def usage(self, delta: GenerationDelta) -> UsageInfo:
+        prompt_tokens = len(self.prompt.token_ids)
+        details = CompletionTokensDetails(reasoning_tokens=delta.reasoning_tokens) if self.reasons else None
+        return UsageInfo(prompt_tokens=prompt_tokens, completion_tokens=delta.completion_tokens,
+                         total_tokens=prompt_tokens + delta.completion_tokens, completion_tokens_details=details)
 
 
 @dataclass(frozen=True)
 class APIStyle:
-    """What differs between ``/v1/completions`` and ``/v1/chat/completions``; the rest is :func:`serve_generation`."""
+    """What differs between the endpoints; the rest is :func:`serve_generation`."""
 
-    id_prefix: str
+    id_prefix: str  # with its separator: ``chatcmpl-``, ``resp_``
     #: The request field that holds the prompt (named by prompt errors).
     prompt_param: str
     prepare: Callable[[Engine, SamplingFields], PreparedPrompt]
-    response: type[BaseModel]
-    #: The non-streamed answer's choice, from the whole text and the finish reason.
-    choice: Callable[[str, FinishReason | None], BaseModel]
-    chunk: type[BaseModel]
-    #: A streamed chunk's choice, from one delta.
-    stream_choice: Callable[[GenerationDelta], BaseModel]
-    #: Choices streamed just before the first token's chunk (the chat role chunk).
-    preamble: tuple[BaseModel, ...] = ()
+    #: The non-streamed answer.
+    respond: Callable[[Exchange, Answer], BaseModel]
+    #: The SSE stream of a generation, event by event.
+    events: Callable[[Exchange, AsyncIterator[GenerationDelta]], AsyncIterator[str]]
 
 
-def _prepare_chat(engine: Engine, body: ChatCompletionRequest) -> PreparedPrompt:
-    messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+def _prepare_messages(engine: Engine, messages: list[dict], param: str) -> PreparedPrompt:
     try:
         return engine.prepare_chat(messages)
     except Exception as exc:  # e.g. a chat template that rejects the role order
-        raise APIError(400, f"cannot apply the chat template: {exc}", param="messages") from None
+        raise APIError(400, f"cannot apply the chat template: {exc}", param=param) from None
+
+
+def _error_message(exc: Exception) -> str:
+    log.exception("generation failed mid-stream")
+    return f"generation failed: {type(exc).__name__}: {exc}"
+
+
+# ------------------------------------------------------------ completions and chat: choices in chunks
+
+
+def _chat_message(x: Exchange, answer: Answer) -> ChatResponseMessage:
+    reasoning = {x.reasoning_field: answer.reasoning} if answer.reasoning else {}
+    return ChatResponseMessage(content=answer.text, **reasoning)
+
+
+def _chat_delta(x: Exchange, d: GenerationDelta) -> DeltaMessage:
+    reasoning = {x.reasoning_field: d.reasoning} if d.reasoning else {}
+    return DeltaMessage(content=d.text or None, **reasoning)
+
+
+def _choice_events(chunk_type: type[BaseModel], stream_choice: Callable[[Exchange, GenerationDelta], BaseModel],
+                   preamble: tuple[BaseModel, ...] = ()):
+    """The SSE stream of a choices API: one chunk per delta, usage as asked, ``data: [DONE]``.
+
+    The preamble (the chat role chunk) waits for the first token, as in vLLM:
+    clients that time the first chunk with ``choices`` (``vllm bench serve``
+    does) then measure the time to the first token, not to the request's
+    acceptance. Chunks carry ``usage: null`` only when ``include_usage`` asks
+    for the final usage chunk; with ``continuous_usage_stats`` too, every chunk
+    carries the usage so far (vLLM's extension), the preamble's with 0 tokens.
+    """
+
+    async def events(x: Exchange, generation: AsyncIterator[GenerationDelta]) -> AsyncIterator[str]:
+        options = x.body.stream_options
+        include_usage = bool(options and options.include_usage)
+        running = include_usage and bool(options.continuous_usage_stats)
+        exclude = None if include_usage else {"usage"}
+
+        def chunk(choices: list[BaseModel], usage: UsageInfo | None = None) -> str:
+            return format_event(chunk_type(**x.head, choices=choices, usage=usage).model_dump_json(exclude=exclude))
+
+        last = GenerationDelta("", 0)
+        waiting = list(preamble)
+        try:
+            async for delta in generation:
+                for choice in waiting:
+                    yield chunk([choice], x.usage(last) if running else None)
+                waiting = []
+                last = delta
+                yield chunk([stream_choice(x, delta)], x.usage(delta) if running else None)
+        except Exception as exc:  # engine failure after the headers went out
+            info = ErrorInfo(message=_error_message(exc), type="internal_server_error")
+            yield format_event(ErrorResponse(error=info).model_dump_json())
+        else:
+            for choice in waiting:  # a generation without any delta still answers in full
+                yield chunk([choice], x.usage(last) if running else None)
+            if include_usage:
+                yield chunk([], x.usage(last))
+        yield format_event(DONE_SENTINEL)
+
+    return events
 
 
 COMPLETIONS = APIStyle(
-    id_prefix="cmpl", prompt_param="prompt",
+    id_prefix="cmpl-", prompt_param="prompt",
     prepare=lambda engine, body: engine.prepare_completion(body.prompt),
-    response=CompletionResponse,
-    choice=lambda text, finish: CompletionChoice(text=text, finish_reason=finish),
-    chunk=CompletionChunk,
-    stream_choice=lambda d: CompletionStreamChoice(text=d.text, finish_reason=d.finish_reason),
+    # completions have no reasoning field: reasoning is part of the text, as vLLM's /v1/completions sends it
+    respond=lambda x, a: CompletionResponse(**x.head, usage=x.usage(a.last), choices=[
+        CompletionChoice(text=a.reasoning + a.text, finish_reason=a.last.finish_reason)]),
+    events=_choice_events(CompletionChunk, lambda x, d: CompletionStreamChoice(text=d.reasoning + d.text,
+                                                                               finish_reason=d.finish_reason)),
 )
 CHAT = APIStyle(
-    id_prefix="chatcmpl", prompt_param="messages",
-    prepare=_prepare_chat,
-    response=ChatCompletionResponse,
-    choice=lambda text, finish: ChatCompletionChoice(message=ChatResponseMessage(content=text), finish_reason=finish),
-    chunk=ChatCompletionChunk,
-    stream_choice=lambda d: ChatCompletionStreamChoice(delta=DeltaMessage(content=d.text or None),
-                                                       finish_reason=d.finish_reason),
-    # As vLLM does, the role chunk goes out with the first token.
-    preamble=(ChatCompletionStreamChoice(delta=DeltaMessage(role="assistant", content="")),),
+    id_prefix="chatcmpl-", prompt_param="messages",
+    prepare=lambda engine, body: _prepare_messages(
+        engine, [{"role": m.role, "content": m.text()} for m in body.messages], "messages"),
+    respond=lambda x, a: ChatCompletionResponse(**x.head, usage=x.usage(a.last), choices=[
+        ChatCompletionChoice(message=_chat_message(x, a), finish_reason=a.last.finish_reason)]),
+    events=_choice_events(ChatCompletionChunk, lambda x, d: ChatCompletionStreamChoice(
+        delta=_chat_delta(x, d), finish_reason=d.finish_reason),
+        # As vLLM does, the role chunk goes out with the first token.
+        preamble=(ChatCompletionStreamChoice(delta=DeltaMessage(role="assistant", content="")),)),
 )
 
 
-# --------------------------------------------------------------------------- one request, either style
+# ------------------------------------------------------------ the Responses API: typed events
+
+
+def _response(x: Exchange, status: str, output: list | None = None, usage: GenerationDelta | None = None,
+              error: str = "") -> ResponseObject:
+    body: ResponsesRequest = x.body  # type: ignore[assignment]
+    usage_info = None
+    if usage is not None:
+        prompt_tokens = len(x.prompt.token_ids)
+        usage_info = ResponseUsage(
+            input_tokens=prompt_tokens, output_tokens=usage.completion_tokens,
+            output_tokens_details=OutputTokensDetails(reasoning_tokens=usage.reasoning_tokens),
+            total_tokens=prompt_tokens + usage.completion_tokens)
+    return ResponseObject(
+        id=x.head["id"], created_at=x.head["created"], model=x.head["model"], status=status,
+        error=ResponseError(code="server_error", message=error) if error else None,
+        incomplete_details=IncompleteDetails(reason="max_output_tokens") if status == "incomplete" else None,
+        instructions=body.instructions, max_output_tokens=body.max_output_tokens, output=output or [],
+        temperature=body.temperature, top_p=body.top_p, usage=usage_info, metadata=body.metadata or {})
+
+
+def _final_status(last: GenerationDelta) -> str:
+    """``incomplete`` when the output budget ran out (OpenAI's status for it), else ``completed``."""
+    return "incomplete" if last.finish_reason == "length" else "completed"
+
+
+def _respond_responses(x: Exchange, answer: Answer) -> ResponseObject:
+    status = _final_status(answer.last)
+    item_status = "incomplete" if status == "incomplete" else "completed"
+    output: list = []
+    if answer.reasoning:
+        output.append(ReasoningItem(id=f"rs_{uuid.uuid4().hex}", status=item_status,
+                                    content=[ReasoningText(text=answer.reasoning)]))
+    output.append(OutputMessage(id=f"msg_{uuid.uuid4().hex}", status=item_status,
+                                content=[OutputText(text=answer.text)]))
+    return _response(x, status, output, answer.last)
+
+
+class _ResponseStream:
+    """Builds one Responses stream's events: numbered, an output item (reasoning, then the message) opened at its
+    first delta and closed with its ``*.done`` events when the next one opens or the answer ends."""
+
+    def __init__(self, x: Exchange):
+        self.x = x
+        self.sequence = 0
+        self.items: list = []  # the output items closed so far
+        self.open: ReasoningItem | OutputMessage | None = None
+        self.parts: list[str] = []
+
+    def event(self, model_type: type[BaseModel], **fields) -> str:
+        event = model_type(sequence_number=self.sequence, **fields)
+        self.sequence += 1
+        return format_event(event.model_dump_json(), event=fields["type"])
+
+    def lifecycle(self, kind: str, response: ResponseObject) -> str:
+        return self.event(ResponseLifecycleEvent, type=f"response.{kind}", response=response)
+
+    def open_item(self, reasoning: bool) -> list[str]:
+        """Close the open item if it is of the other kind and open one of this kind (events for both)."""
+        if self.open is not None and isinstance(self.open, ReasoningItem) == reasoning:
+            return []
+        out = self.close("completed")
+        item_id = f"{'rs' if reasoning else 'msg'}_{uuid.uuid4().hex}"
+        self.open = (ReasoningItem(id=item_id, status="in_progress", content=[]) if reasoning
+                     else OutputMessage(id=item_id, status="in_progress", content=[]))
+        out.append(self.event(OutputItemEvent, type="response.output_item.added", output_index=len(self.items),
+                              item=self.open))
+        out.append(self.event(ContentPartEvent, type="response.content_part.added", item_id=item_id,
+                              output_index=len(self.items), content_index=0, part=self._part("")))
+        return out
+
+    def delta(self, reasoning: bool, text: str) -> list[str]:
+        out = self.open_item(reasoning)
+        self.parts.append(text)
+        out.append(self.event(TextDeltaEvent, type=self._kind("delta"), item_id=self.open.id,
+                              output_index=len(self.items), content_index=0, delta=text,
+                              logprobs=None if reasoning else []))
+        return out
+
+    def close(self, status: str) -> list[str]:
+        """The ``*.done`` events of the open item (none when no item is open)."""
+        if self.open is None:
+            return []
+        text, index, item_id = "".join(self.parts), len(self.items), self.open.id
+        reasoning = isinstance(self.open, ReasoningItem)
+        out = [self.event(TextDoneEvent, type=self._kind("done"), item_id=item_id, output_index=index,
+                          content_index=0, text=text, logprobs=None if reasoning else []),
+               self.event(ContentPartEvent, type="response.content_part.done", item_id=item_id, output_index=index,
+                          content_index=0, part=self._part(text))]
+        item = self.open.model_copy(update={"status": status, "content": [self._part(text)]})
+        out.append(self.event(OutputItemEvent, type="response.output_item.done", output_index=index, item=item))
+        self.items.append(item)
+        self.open, self.parts = None, []
+        return out
+
+    def _kind(self, suffix: str) -> str:
+        return f"response.{'reasoning_text' if isinstance(self.open, ReasoningItem) else 'output_text'}.{suffix}"
+
+    def _part(self, text: str) -> OutputText | ReasoningText:
+        return ReasoningText(text=text) if isinstance(self.open, ReasoningItem) else OutputText(text=text)
+
+
+async def _responses_events(x: Exchange, generation: AsyncIterator[GenerationDelta]) -> AsyncIterator[str]:
+    """``response.created`` and ``response.in_progress`` at once, the items' events as tokens come, then
+    ``response.completed`` (or ``response.incomplete`` when the budget ran out) with usage; ``response.failed``
+    with the error when the engine fails. No ``[DONE]``: the Responses API ends with its last event."""
+    stream = _ResponseStream(x)
+    yield stream.lifecycle("created", _response(x, "in_progress"))
+    yield stream.lifecycle("in_progress", _response(x, "in_progress"))
+    last = GenerationDelta("", 0)
+    try:
+        async for delta in generation:
+            last = delta
+            for reasoning, text in ((True, delta.reasoning), (False, delta.text)):
+                if text:
+                    for event in stream.delta(reasoning, text):
+                        yield event
+    except Exception as exc:  # engine failure after the headers went out
+        for event in stream.close("incomplete"):
+            yield event
+        yield stream.lifecycle("failed", _response(x, "failed", stream.items, error=_error_message(exc)))
+        return
+    status = _final_status(last)
+    if stream.open is None and not stream.items:
+        for event in stream.open_item(False):  # an empty answer is still a message
+            yield event
+    for event in stream.close("incomplete" if status == "incomplete" else "completed"):
+        yield event
+    yield stream.lifecycle(status, _response(x, status, stream.items, last))
+
+
+RESPONSES = APIStyle(
+    id_prefix="resp_", prompt_param="input",
+    prepare=lambda engine, body: _prepare_messages(engine, body.messages(), "input"),
+    respond=_respond_responses,
+    events=_responses_events,
+)
+
+
+# --------------------------------------------------------------------------- one request, any style
 
 
 async def serve_generation(style: APIStyle, body: SamplingFields, request: Request):
@@ -139,16 +377,14 @@ async def serve_generation(style: APIStyle, body: SamplingFields, request: Reque
     _check_request(engine, body)
     prompt, budget = _prepare(engine, style, body)
     params = _sampling_params(body, budget)
-    head = {"id": f"{style.id_prefix}-{uuid.uuid4().hex}", "created": int(time.time()),
+    head = {"id": f"{style.id_prefix}{uuid.uuid4().hex}", "created": int(time.time()),
             "model": engine.served_model_name}
+    exchange = Exchange(head, prompt, body, engine.reasons, engine.reasoning_field)
     generation = request.app.state.metrics.timed(engine.generate(head["id"], prompt, params),
                                                  engine.served_model_name, started)
     if body.stream:
-        include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return _sse_response(style, head, generation, prompt, include_usage)
-    text, last = await _collect(request, generation)
-    return style.response(**head, choices=[style.choice(text, last.finish_reason)],
-                          usage=_usage(prompt, last.completion_tokens))
+        return _sse_response(style.events(exchange, generation), generation)
+    return style.respond(exchange, await _collect(request, generation))
 
 
 def _check_request(engine: Engine, body: SamplingFields) -> None:
@@ -168,7 +404,8 @@ def _prepare(engine: Engine, style: APIStyle, body: SamplingFields) -> tuple[Pre
         budget = engine.check_fits(prompt, body.max_tokens)
     except PromptTooLong as exc:
         # The prompt's fault when it leaves no room for one token; else the requested output's.
-        param = style.prompt_param if len(prompt.token_ids) >= engine.max_model_len else "max_tokens"
+        budget_param = "max_output_tokens" if style is RESPONSES else "max_tokens"
+        param = style.prompt_param if len(prompt.token_ids) >= engine.max_model_len else budget_param
         raise APIError(400, str(exc), param=param, code="context_length_exceeded") from None
     return prompt, budget
 
@@ -188,15 +425,16 @@ def _sampling_params(body: SamplingFields, max_tokens: int) -> SamplingParams:
     )
 
 
-async def _collect(request: Request, stream: AsyncIterator[GenerationDelta]) -> tuple[str, GenerationDelta]:
+async def _collect(request: Request, stream: AsyncIterator[GenerationDelta]) -> Answer:
     """Run a generation to the end; cancel it and raise :class:`ClientDisconnected` once the client is gone."""
 
-    async def consume() -> tuple[str, GenerationDelta]:
-        parts, last = [], GenerationDelta("", 0)
+    async def consume() -> Answer:
+        parts, reasoning, last = [], [], GenerationDelta("", 0)
         async for delta in stream:
             parts.append(delta.text)
+            reasoning.append(delta.reasoning)
             last = delta
-        return "".join(parts), last
+        return Answer("".join(parts), "".join(reasoning), last)
 
     task = asyncio.ensure_future(consume())
     try:
@@ -212,58 +450,23 @@ async def _collect(request: Request, stream: AsyncIterator[GenerationDelta]) -> 
         await stream.aclose()
 
 
-def _sse_response(style: APIStyle, head: dict, generation: AsyncIterator[GenerationDelta], prompt: PreparedPrompt,
-                  include_usage: bool) -> StreamingResponse:
-    """Stream a generation as OpenAI SSE chunks; the generation stops when the client goes away.
+def _sse_response(events: AsyncIterator[str], generation: AsyncIterator[GenerationDelta]) -> StreamingResponse:
+    """Stream ``events``; the generation stops when the client goes away.
 
-    The style's preamble waits for the first token, as in vLLM: clients that
-    time the first chunk with ``choices`` (``vllm bench serve`` does) then
-    measure the time to the first token, not to the request's acceptance.
-    Chunks carry ``usage: null`` only when ``include_usage`` asks for the final
-    usage chunk. Starlette cancels this generator when the client disconnects,
-    and the ``finally`` then cancels the engine's work at once.
+    Starlette cancels the event generator when the client disconnects, and the
+    ``finally`` then cancels the engine's work at once.
     """
-    exclude = None if include_usage else {"usage"}
 
-    def chunk(choices: list[BaseModel], usage: UsageInfo | None = None) -> str:
-        return format_event(style.chunk(**head, choices=choices, usage=usage).model_dump_json(exclude=exclude))
-
-    async def events() -> AsyncIterator[str]:
-        tokens = 0
-        waiting = list(style.preamble)
+    async def guarded() -> AsyncIterator[str]:
         try:
-            try:
-                async for delta in generation:
-                    for choice in waiting:
-                        yield chunk([choice])
-                    waiting = []
-                    tokens = delta.completion_tokens
-                    yield chunk([style.stream_choice(delta)])
-            except Exception as exc:  # engine failure after the headers went out
-                yield _error_event(exc)
-            else:
-                for choice in waiting:  # a generation without any delta still answers in full
-                    yield chunk([choice])
-                if include_usage:
-                    yield chunk([], _usage(prompt, tokens))
-            yield format_event(DONE_SENTINEL)
+            async for event in events:
+                yield event
         finally:
+            await events.aclose()
             await generation.aclose()
 
-    return StreamingResponse(events(), media_type="text/event-stream",
+    return StreamingResponse(guarded(), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-
-
-def _usage(prompt: PreparedPrompt, completion_tokens: int) -> UsageInfo:
-    prompt_tokens = len(prompt.token_ids)
-    return UsageInfo(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                     total_tokens=prompt_tokens + completion_tokens)
-
-
-def _error_event(exc: Exception) -> str:
-    log.exception("generation failed mid-stream")
-    info = ErrorInfo(message=f"generation failed: {type(exc).__name__}: {exc}", type="internal_server_error")
-    return format_event(ErrorResponse(error=info).model_dump_json())
 
 
 # --------------------------------------------------------------------------- app factory
@@ -325,6 +528,10 @@ def create_app(settings: ServerSettings | None = None, engine: Engine | None = N
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, request: Request):
         return await serve_generation(CHAT, body, request)
+
+    @app.post("/v1/responses")
+    async def responses(body: ResponsesRequest, request: Request):
+        return await serve_generation(RESPONSES, body, request)
 
     return app
 

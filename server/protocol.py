@@ -1,4 +1,5 @@
-"""OpenAI-compatible request and response schemas (pydantic), in the OpenAI field order.
+"""OpenAI-compatible request and response schemas (pydantic), in the OpenAI field order: completions, chat
+completions and the Responses API (``/v1/responses``: its request, response object and stream events).
 
 Only what the suite's servers implement is accepted with a non-default value;
 options the engines cannot honour (``n > 1``, ``logprobs``, ``echo``, tools, ...)
@@ -50,14 +51,27 @@ class ErrorResponse(OpenAIBaseModel):
 # --------------------------------------------------------------------------- shared pieces
 
 
+def _is_none(value: Any) -> bool:
+    return value is None
+
+
 class StreamOptions(OpenAIBaseModel):
     include_usage: bool = False
+    #: vLLM's extension: every chunk carries the usage so far (with include_usage), so clients see each
+    #: chunk's token count.
+    continuous_usage_stats: bool = False
+
+
+class CompletionTokensDetails(OpenAIBaseModel):
+    reasoning_tokens: int = 0
 
 
 class UsageInfo(OpenAIBaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
+    #: Sent by engines that reason (as vLLM sends it with a reasoning parser), left out otherwise.
+    completion_tokens_details: CompletionTokensDetails | None = Field(default=None, exclude_if=_is_none)
 
 
 PositiveInt = Annotated[int, Field(ge=1)]
@@ -230,8 +244,12 @@ class ChatCompletionRequest(SamplingFields):
 
 
 class ChatResponseMessage(OpenAIBaseModel):
+    """The answer; reasoning under the engine's field name (``reasoning`` or ``reasoning_content``) when any."""
+
     role: Literal["assistant"] = "assistant"
     content: str
+    reasoning: str | None = Field(default=None, exclude_if=_is_none)
+    reasoning_content: str | None = Field(default=None, exclude_if=_is_none)
 
 
 class ChatCompletionChoice(OpenAIBaseModel):
@@ -250,15 +268,13 @@ class ChatCompletionResponse(OpenAIBaseModel):
     usage: UsageInfo
 
 
-def _is_none(value: Any) -> bool:
-    return value is None
-
-
 class DeltaMessage(OpenAIBaseModel):
     """A chat chunk's delta: unset fields are left out (``{}`` for a chunk without text), as OpenAI sends it."""
 
     role: Literal["assistant"] | None = Field(default=None, exclude_if=_is_none)
     content: str | None = Field(default=None, exclude_if=_is_none)
+    reasoning: str | None = Field(default=None, exclude_if=_is_none)
+    reasoning_content: str | None = Field(default=None, exclude_if=_is_none)
 
 
 class ChatCompletionStreamChoice(OpenAIBaseModel):
@@ -275,6 +291,203 @@ class ChatCompletionChunk(OpenAIBaseModel):
     model: str
     choices: list[ChatCompletionStreamChoice]
     usage: UsageInfo | None = None
+
+
+# --------------------------------------------------------------------------- the Responses API
+
+
+class InputTextPart(OpenAIBaseModel):
+    type: Literal["input_text", "output_text"]  # output_text: an earlier assistant turn given back
+    text: str
+
+
+class InputMessage(OpenAIBaseModel):
+    """One item of a Responses ``input`` list: a message (other item types are not supported)."""
+
+    type: Literal["message"] = "message"
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[InputTextPart]
+
+    def text(self) -> str:
+        return self.content if isinstance(self.content, str) else "".join(part.text for part in self.content)
+
+
+class ResponsesRequest(SamplingFields):
+    """``POST /v1/responses``: ``input`` as text (one user message) or messages; ``max_output_tokens`` (which,
+    as in OpenAI's API, counts reasoning tokens too)."""
+
+    model: str | None = None
+    input: str | Annotated[list[InputMessage], Field(min_length=1)]
+    instructions: str | None = None
+    max_output_tokens: PositiveInt | None = None
+    store: bool | None = True  # accepted; nothing is stored (as vLLM without VLLM_ENABLE_RESPONSES_API_STORE)
+    metadata: dict[str, str] | None = None
+    background: bool | None = False
+    previous_response_id: str | None = None
+    reasoning: dict | None = None
+    text: dict | None = None
+    tools: list | None = None
+    tool_choice: Any = None
+    parallel_tool_calls: bool | None = True
+    top_logprobs: int | None = None
+    truncation: Literal["auto", "disabled"] | None = "disabled"
+
+    @property
+    def max_tokens(self) -> int | None:
+        """The output budget under the name the engines take."""
+        return self.max_output_tokens
+
+    def messages(self) -> list[dict]:
+        """The conversation to render: ``instructions`` as a system message first, then the input."""
+        items = ([{"role": "user", "content": self.input}] if isinstance(self.input, str)
+                 else [{"role": m.role, "content": m.text()} for m in self.input])
+        return ([{"role": "system", "content": self.instructions}] if self.instructions else []) + items
+
+    def unsupported(self) -> UnsupportedOption | None:
+        if self.background:
+            return UnsupportedOption("background", "background responses are not supported")
+        if self.previous_response_id:
+            return UnsupportedOption("previous_response_id", "previous_response_id is not supported (nothing is "
+                                                             "stored): send the whole conversation as input")
+        if self.tools:
+            return UnsupportedOption("tools", "tools are not supported")
+        if self.tool_choice not in (None, "none", "auto"):
+            return UnsupportedOption("tool_choice", "tool_choice is not supported")
+        if self.reasoning:
+            return UnsupportedOption("reasoning", "reasoning options are not supported")
+        if self.top_logprobs:
+            return UnsupportedOption("top_logprobs", "top_logprobs is not supported")
+        text_format = (self.text or {}).get("format") or {}
+        if text_format.get("type") not in (None, "text"):
+            return UnsupportedOption("text.format", "only text.format type 'text' is supported")
+        return super().unsupported()
+
+
+class OutputTokensDetails(OpenAIBaseModel):
+    reasoning_tokens: int = 0
+
+
+class InputTokensDetails(OpenAIBaseModel):
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
+
+
+class ResponseUsage(OpenAIBaseModel):
+    input_tokens: int
+    input_tokens_details: InputTokensDetails = Field(default_factory=InputTokensDetails)
+    output_tokens: int
+    output_tokens_details: OutputTokensDetails = Field(default_factory=OutputTokensDetails)
+    total_tokens: int
+
+
+class OutputText(OpenAIBaseModel):
+    type: Literal["output_text"] = "output_text"
+    text: str
+    annotations: list = Field(default_factory=list)
+
+
+class ReasoningText(OpenAIBaseModel):
+    type: Literal["reasoning_text"] = "reasoning_text"
+    text: str
+
+
+ItemStatus = Literal["in_progress", "completed", "incomplete"]
+
+
+class OutputMessage(OpenAIBaseModel):
+    id: str
+    type: Literal["message"] = "message"
+    status: ItemStatus
+    role: Literal["assistant"] = "assistant"
+    content: list[OutputText]
+
+
+class ReasoningItem(OpenAIBaseModel):
+    id: str
+    type: Literal["reasoning"] = "reasoning"
+    summary: list = Field(default_factory=list)
+    content: list[ReasoningText]
+    status: ItemStatus
+
+
+class IncompleteDetails(OpenAIBaseModel):
+    reason: Literal["max_output_tokens"]
+
+
+class ResponseError(OpenAIBaseModel):
+    code: str
+    message: str
+
+
+class ResponseObject(OpenAIBaseModel):
+    id: str
+    object: Literal["response"] = "response"
+    created_at: int
+    status: Literal["completed", "failed", "in_progress", "incomplete"]
+    error: ResponseError | None = None
+    incomplete_details: IncompleteDetails | None = None
+    instructions: str | None = None
+    max_output_tokens: int | None = None
+    model: str
+    output: list[ReasoningItem | OutputMessage] = Field(default_factory=list)
+    parallel_tool_calls: bool = True
+    previous_response_id: None = None
+    store: bool = False
+    temperature: float | None = None
+    text: dict = Field(default_factory=lambda: {"format": {"type": "text"}})
+    tool_choice: str = "auto"
+    tools: list = Field(default_factory=list)
+    top_p: float | None = None
+    truncation: str = "disabled"
+    usage: ResponseUsage | None = None
+    metadata: dict[str, str] = Field(default_factory=dict)
+
+
+class ResponseLifecycleEvent(OpenAIBaseModel):
+    """``response.created`` ... ``response.completed``: the whole response object as it stands."""
+
+    type: Literal["response.created", "response.in_progress", "response.completed", "response.incomplete",
+                  "response.failed"]
+    sequence_number: int
+    response: ResponseObject
+
+
+class OutputItemEvent(OpenAIBaseModel):
+    type: Literal["response.output_item.added", "response.output_item.done"]
+    sequence_number: int
+    output_index: int
+    item: ReasoningItem | OutputMessage
+
+
+class ContentPartEvent(OpenAIBaseModel):
+    type: Literal["response.content_part.added", "response.content_part.done"]
+    sequence_number: int
+    item_id: str
+    output_index: int
+    content_index: int
+    part: OutputText | ReasoningText
+
+
+class TextDeltaEvent(OpenAIBaseModel):
+    """``response.output_text.delta`` or ``response.reasoning_text.delta`` (logprobs only on the former)."""
+
+    type: Literal["response.output_text.delta", "response.reasoning_text.delta"]
+    sequence_number: int
+    item_id: str
+    output_index: int
+    content_index: int
+    delta: str
+    logprobs: list | None = Field(default=None, exclude_if=_is_none)
+
+
+class TextDoneEvent(OpenAIBaseModel):
+    type: Literal["response.output_text.done", "response.reasoning_text.done"]
+    sequence_number: int
+    item_id: str
+    output_index: int
+    content_index: int
+    text: str
+    logprobs: list | None = Field(default=None, exclude_if=_is_none)
 
 
 # --------------------------------------------------------------------------- models

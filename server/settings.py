@@ -20,6 +20,7 @@ ENV_PREFIX = "LLMLOAD_"
 ENGINES = ("naive", "batched", "mock")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 LOG_LEVELS = ("debug", "info", "warning", "error")
+REASONING_FIELDS = ("reasoning", "reasoning_content")
 
 
 def on_off(text: str) -> bool:
@@ -81,6 +82,17 @@ class ServerSettings:
                                   type=non_negative_float)
     mock_itl_ms: float = setting(20.0, "mock engine: time between tokens in ms (default: %(default)s)",
                                  type=non_negative_float)
+    mock_reasoning_tokens: int = setting(
+        0, "mock engine: the first N tokens of every answer are reasoning, streamed in the chat delta field "
+           "--mock-reasoning-field and in Responses' reasoning items, counted in usage's reasoning tokens "
+           "(default: %(default)s)", type=non_negative_int)
+    mock_reasoning_field: str = setting(
+        "reasoning", "mock engine: the chat field that carries reasoning: reasoning (vLLM >= 0.10) or "
+                     "reasoning_content (DeepSeek, older vLLM) (default: %(default)s)",
+        choices=REASONING_FIELDS)
+    mock_tokens_per_chunk: int = setting(
+        1, "mock engine: tokens sent together in one chunk, each chunk when its last token is due (as speculative "
+           "decoding or coalescing servers send them) (default: %(default)s)", type=positive_int)
     log_level: str = setting("info", "log level (default: %(default)s)", choices=LOG_LEVELS)
 
     # ------------------------------------------------------------------ the environment

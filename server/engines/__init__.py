@@ -30,5 +30,8 @@ def create_engine(settings: ServerSettings) -> Engine:
         from server.engines.mock import MockEngine  # only the engine asked for
 
         return MockEngine(settings.model or "mock", settings.served_name(), settings.max_model_len,
-                          ttft_ms=settings.mock_ttft_ms, itl_ms=settings.mock_itl_ms)
+                          ttft_ms=settings.mock_ttft_ms, itl_ms=settings.mock_itl_ms,
+                          reasoning_tokens=settings.mock_reasoning_tokens,
+                          reasoning_field=settings.mock_reasoning_field,
+                          tokens_per_chunk=settings.mock_tokens_per_chunk)
     raise ValueError(f"unknown engine {settings.engine!r} (choose from {', '.join(ENGINES)})")

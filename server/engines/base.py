@@ -50,11 +50,14 @@ class PreparedPrompt:
 
 @dataclass(frozen=True)
 class GenerationDelta:
-    """One step of output: text new since the last delta, tokens generated so far, finish reason."""
+    """One step of output: answer text new since the last delta, tokens generated so far (reasoning included),
+    finish reason, and reasoning text new since the last delta with the reasoning tokens so far."""
 
     text: str
     completion_tokens: int
     finish_reason: FinishReason | None = None
+    reasoning: str = ""
+    reasoning_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,10 @@ class Engine(ABC):
 
     #: Name used in ``--engine`` and in ``/health``.
     name: str = "engine"
+    #: Whether its deltas carry reasoning (then usage reports reasoning tokens, as vLLM's does with a reasoning
+    #: parser), and the chat delta field that carries it: ``reasoning`` (vLLM >= 0.10) or ``reasoning_content``.
+    reasons: bool = False
+    reasoning_field: str = "reasoning"
 
     def __init__(self, model: str, served_model_name: str, max_model_len: int | None = None):
         self.model = model

@@ -5,6 +5,11 @@ the first after ``ttft_ms``, then one every ``itl_ms``, scheduled from the
 request's arrival so that delays never drift. Tests and the load-generator
 calibration compare what the Locust suite measures against these known timings.
 Tokens are words (`` w0 w1 ...``); the prompt's token count is its word count.
+
+Options: the first ``reasoning_tokens`` tokens of an answer are reasoning
+(words of :data:`MOCK_REASONING_WORDS`, within ``max_tokens``, as a reasoning
+model's budget counts them); ``tokens_per_chunk`` tokens go out together, each
+group when its last token is due.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from server.engines.base import Engine, EngineLoad, GenerationDelta, PreparedPro
 from server.engines.hf_model import render_plain_chat
 
 MOCK_WORDS = ("the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "and", "runs", "far")
+MOCK_REASONING_WORDS = ("hmm", "let", "me", "think")
 
 
 class MockEngine(Engine):
@@ -25,10 +31,15 @@ class MockEngine(Engine):
     name = "mock"
 
     def __init__(self, model: str, served_model_name: str, max_model_len: int | None = None,
-                 ttft_ms: float = 200.0, itl_ms: float = 20.0):
+                 ttft_ms: float = 200.0, itl_ms: float = 20.0, reasoning_tokens: int = 0,
+                 reasoning_field: str = "reasoning", tokens_per_chunk: int = 1):
         super().__init__(model, served_model_name, max_model_len)
         self.ttft = ttft_ms / 1000.0
         self.itl = itl_ms / 1000.0
+        self.reasoning_tokens = reasoning_tokens
+        self.reasons = reasoning_tokens > 0
+        self.reasoning_field = reasoning_field
+        self.tokens_per_chunk = tokens_per_chunk
         self.running = 0  # generations in flight (``/health``), so tests can see a cancellation
 
     def start(self) -> None:
@@ -48,14 +59,20 @@ class MockEngine(Engine):
                        params: SamplingParams) -> AsyncIterator[GenerationDelta]:
         start = time.perf_counter()
         self.running += 1
+        total, thinking = params.max_tokens, min(self.reasoning_tokens, params.max_tokens)
         try:
-            for i in range(params.max_tokens):
-                due = start + self.ttft + i * self.itl
-                delay = due - time.perf_counter()
+            for first in range(0, total, self.tokens_per_chunk):
+                last = min(first + self.tokens_per_chunk, total) - 1  # the chunk goes out when its last token is due
+                delay = start + self.ttft + last * self.itl - time.perf_counter()
                 if delay > 0:
                     await asyncio.sleep(delay)
-                finish = "length" if i == params.max_tokens - 1 else None
-                yield GenerationDelta(" " + MOCK_WORDS[i % len(MOCK_WORDS)], i + 1, finish)
+                tokens = range(first, last + 1)
+                yield GenerationDelta(
+                    text="".join(" " + MOCK_WORDS[(i - thinking) % len(MOCK_WORDS)] for i in tokens if i >= thinking),
+                    completion_tokens=last + 1, finish_reason="length" if last == total - 1 else None,
+                    reasoning="".join(" " + MOCK_REASONING_WORDS[i % len(MOCK_REASONING_WORDS)]
+                                      for i in tokens if i < thinking),
+                    reasoning_tokens=min(last + 1, thinking))
         finally:
             self.running -= 1
 
@@ -64,4 +81,6 @@ class MockEngine(Engine):
         return EngineLoad(running=self.running, waiting=0)
 
     def info(self) -> dict:
-        return {**super().info(), "ttft_ms": self.ttft * 1000, "itl_ms": self.itl * 1000}
+        return {**super().info(), "ttft_ms": self.ttft * 1000, "itl_ms": self.itl * 1000,
+                "reasoning_tokens": self.reasoning_tokens, "reasoning_field": self.reasoning_field,
+                "tokens_per_chunk": self.tokens_per_chunk}

@@ -6,8 +6,8 @@ answer on prompts whose answers hold multi-byte characters (Korean, emoji,
 accented letters) and leading spaces; greedy output equals transformers' own
 ``generate``; usage equals the tokenizer's counts; the chat template is used;
 stop, seed, top_p, ignore_eos, min_tokens, max_completion_tokens; the openai
-client on both endpoints; and the plain chat fallback of a model without a
-chat template.
+client on both endpoints; the Responses API; per-chunk running usage; and the
+plain chat fallback of a model without a chat template.
 """
 
 from __future__ import annotations
@@ -221,6 +221,44 @@ def test_openai_client_both_endpoints(real_server):
                                                  stream_options={"include_usage": True}))
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == chat.choices[0].message.content
     assert chunks[-1].usage.completion_tokens == 4 and chunks[-1].usage.prompt_tokens == chat.usage.prompt_tokens
+
+
+# --------------------------------------------------------------------------- the Responses API, running usage
+
+
+def test_responses_api_answers_as_chat_does(real_server, short_answer):
+    """The same greedy answer through /v1/responses (text input, sync and streamed) as through chat; an answer
+    that ends with EOS is ``completed``, one cut by max_output_tokens ``incomplete``."""
+    question = SHORT_ANSWER["messages"][0]["content"]
+    body = {"input": question, "max_output_tokens": FIXED, "temperature": 0}
+    answer = post_ok(real_server, "/v1/responses", body)
+    assert answer["status"] == "completed" and answer["incomplete_details"] is None
+    assert answer["output"][0]["content"][0]["text"] == response_text(short_answer)
+    assert answer["usage"]["output_tokens"] == short_answer["usage"]["completion_tokens"]
+    assert answer["usage"]["input_tokens"] == short_answer["usage"]["prompt_tokens"]
+    client = openai.OpenAI(base_url=real_server + "/v1", api_key="unused", max_retries=0, timeout=120)
+    events = list(client.responses.create(model=answer["model"], stream=True, **body))
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == response_text(short_answer)
+    assert events[-1].type == "response.completed" and events[-1].response.usage.output_tokens == \
+        answer["usage"]["output_tokens"]
+    cut = client.responses.create(model=answer["model"], input=SHORT_ANSWER["messages"], max_output_tokens=2,
+                                  temperature=0)
+    assert cut.status == "incomplete" and cut.incomplete_details.reason == "max_output_tokens"
+    assert cut.usage.output_tokens == 2
+
+
+def test_running_usage_counts_every_token_of_each_chunk(real_server, hf_tokenizer):
+    """Chunks hold back partial characters and stop-string prefixes, so one chunk may carry several tokens:
+    the running counts (continuous_usage_stats) add up to the final usage, chunk by chunk."""
+    body = {"prompt": "Emoji: 😀 😃", "max_tokens": 12, "temperature": 0, "ignore_eos": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    result = stream(real_server, "/v1/completions", body)
+    *chunks, final = result.chunks
+    running = [c["usage"]["completion_tokens"] for c in chunks]
+    assert running == sorted(running) and running[-1] == final["usage"]["completion_tokens"] == 12
+    counts = [b - a for a, b in zip([0] + running, running)]
+    assert sum(counts) == 12 and all(c >= 1 for c in counts)
+    assert max(counts) > 1, "expected a chunk that held back a partial emoji"
 
 
 # --------------------------------------------------------------------------- model without a chat template
