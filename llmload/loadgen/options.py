@@ -18,6 +18,7 @@ from llmload.core.cost import price
 from llmload.core.cliargs import slo as slo_type
 from llmload.core.metrics import APIS, MODES, SLO
 from llmload.core.paths import dataset_path
+from llmload.core.records import DatasetError
 from llmload.core.wire import GenerationParams
 
 ENV_PREFIX = "LOCUST_LLM_"
@@ -91,8 +92,9 @@ class LoadSettings:
 
     mode: str = _option("--mode", "sync: one JSON answer per request; stream: SSE, with TTFT and time per token",
                         default="stream", choices=MODES)
-    api: str = _option("--api", "completion (/v1/completions, the record's prompt) or chat (/v1/chat/completions, "
-                       "its messages)", default="chat", choices=APIS)
+    api: str = _option("--api", "completion (/v1/completions, the record's prompt), chat (/v1/chat/completions, "
+                       "its messages) or responses (/v1/responses, its messages as input)", default="chat",
+                       choices=APIS)
     model: str = _option("--model", "model id to request (default: the first id the server lists at /v1/models)",
                          default="", metavar="ID")
     max_tokens: int = _option("--max-tokens", "output token budget of every request (0: each prompt record's own "
@@ -101,6 +103,10 @@ class LoadSettings:
                                "generates --max-tokens tokens", default=False, action="store_true")
     temperature: float = _option("--temperature", "sampling temperature", default=0.0, metavar="T",
                                  type=non_negative_float)
+    tokenizer: str = _option("--tokenizer", "count each streamed chunk's tokens with this model's tokenizer (a "
+                             "folder or hub id) where the server sends no running count (continuous_usage_stats), "
+                             "so that ITL and TPOT are per token; without it such chunks count as one token each "
+                             "(flagged itl_per_chunk)", default="", metavar="MODEL", include_in_web_ui=False)
     dataset: str = _option("--dataset", "prompt records (JSONL, llmload.core.records) to send (default: "
                            "datasets/data/<task>.jsonl of the user class's task)", default="", metavar="PATH")
     requests: int = _option("--requests", "stop the run after this many requests in total, over all users and "
@@ -155,6 +161,18 @@ class LoadSettings:
     def params(self) -> GenerationParams:
         return GenerationParams(api=self.api, mode=self.mode, max_tokens=self.max_tokens or None,
                                 ignore_eos=self.ignore_eos, temperature=self.temperature)
+
+    def chunk_counter(self):
+        """The ``--tokenizer``'s batch token count for a stream's chunks (None without one); loaded once per
+        process. Raises :class:`SettingsError` (one line) when it cannot load."""
+        if not self.tokenizer:
+            return None
+        from llmload.tasks.tokens import TokenCounter  # transformers: only with --tokenizer
+
+        try:
+            return TokenCounter.load(self.tokenizer).text_tokens
+        except DatasetError as exc:
+            raise SettingsError(f"--tokenizer: {exc}") from None
 
     @property
     def open_loop(self) -> bool:
@@ -230,6 +248,7 @@ class LoadSettings:
                                 f"not to --arrival {self.arrival}")
         if self.stages and self.ramp:
             raise SettingsError("--stages and --ramp are two load shapes: give one")
+        self.chunk_counter()  # a tokenizer that cannot load is bad input, said before the run starts
 
 
 def strict_parsing(parser) -> None:

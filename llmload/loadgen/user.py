@@ -60,7 +60,7 @@ class LLMUser(FastHttpUser):
         headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
         transport = HTTPTransport(self.host, self.client.client.clientpool, headers)
         self.llm = LLMClient(transport, settings.params, self.task_name, timeout=settings.timeout,
-                             worker=self.plugin.node_name)
+                             worker=self.plugin.node_name, chunk_counter=settings.chunk_counter())
         self.exhausted = False
         self.backoff = 0.0
 

@@ -89,7 +89,8 @@ def build_parser() -> OneLineParser:
     matrix.add_argument("--max-tokens", type=non_negative_int, default=None, metavar="N",
                         help=f"output tokens per request, fixed with ignore_eos (default: {FULL['max_tokens']}; "
                              "0 = each prompt's own task budget)")
-    matrix.add_argument("--api", choices=APIS, default="chat", help="API style (default: %(default)s)")
+    matrix.add_argument("--api", choices=APIS, default="chat", help="API style: completion, chat or responses "
+                        "(/v1/responses, the Responses API) (default: %(default)s)")
     matrix.add_argument("--repeat", type=positive_int, default=1, metavar="R",
                         help="run every cell R times in a row (the report gives the spread across repeats; "
                              "default: %(default)s)")
