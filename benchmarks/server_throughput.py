@@ -49,7 +49,7 @@ from geventhttpclient.client import HTTPClientPool
 
 from llmload.core.cliargs import OneLineParser, int_list, non_negative_int, positive_float, positive_int
 from llmload.core.client import LLMClient
-from llmload.core.metrics import RequestResult, RunSummary, ratio, summarize
+from llmload.core.metrics import APIS, RequestResult, RunSummary, ratio, summarize
 from llmload.core.model_store import ModelNotAvailable, resolve_model, served_model_name
 from llmload.core.rawlog import write_results
 from llmload.core.records import PromptRecord, RecordFormatError, read_records
@@ -96,15 +96,17 @@ class Workload:
     prompts: tuple[PromptRecord, ...]
     output_tokens: int
     model: str  # the id sent as ``model``
+    api: str = "chat"  # or "responses" (the same messages as input), "completion" (the prompt text)
 
     @property
     def params(self) -> GenerationParams:
-        """Chat, streamed, greedy, exactly ``output_tokens`` tokens."""
-        return GenerationParams(api="chat", mode="stream", max_tokens=self.output_tokens, ignore_eos=True,
+        """Streamed, greedy, exactly ``output_tokens`` tokens, in the workload's API."""
+        return GenerationParams(api=self.api, mode="stream", max_tokens=self.output_tokens, ignore_eos=True,
                                 temperature=0.0)
 
     def record(self, index: int) -> PromptRecord:
-        """The prompt of the ``index``-th request: prompts cycled, the last message tagged ``[index]``.
+        """The prompt of the ``index``-th request: prompts cycled, the last message (and the completion
+        prompt) tagged ``[index]``.
 
         No two requests are the same (levels and servers number their requests
         on from one another): vLLM's prefix cache would otherwise skip the
@@ -113,7 +115,8 @@ class Workload:
         """
         record = self.prompts[index % len(self.prompts)]
         *earlier, last = record.messages
-        return replace(record, messages=(*earlier, {**last, "content": f"[{index}] {last['content']}"}))
+        return replace(record, prompt=f"[{index}] {record.prompt}",
+                       messages=(*earlier, {**last, "content": f"[{index}] {last['content']}"}))
 
 
 # --------------------------------------------------------------------------- the client
@@ -178,7 +181,7 @@ def bench_server(target: Target, args: argparse.Namespace, prompts: tuple[Prompt
     print(f"== {name}: starting", file=sys.stderr, flush=True)
     try:
         running = start_target(target, get_kind(target.kind), settings, log_dir / f"{name}.log")
-        workload = Workload(prompts, args.output_tokens, served_model(running.base_url, args.timeout))
+        workload = Workload(prompts, args.output_tokens, served_model(running.base_url, args.timeout), args.api)
     except (ServiceError, TransportError, WireError) as exc:
         message = str(exc).splitlines()[0]
         print(f"   {name} did not start: {message}", file=sys.stderr)
@@ -293,6 +296,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="requests per level = concurrency x this (default: %(default)s)")
     p.add_argument("--output-tokens", type=positive_int, default=64, metavar="N",
                    help="tokens every request generates (ignore_eos; default: %(default)s)")
+    p.add_argument("--api", choices=APIS, default="chat",
+                   help="API every request uses: chat, completion or responses (/v1/responses) (default: %(default)s)")
     p.add_argument("--prompts", type=Path, default=None,
                    help="JSONL prompt records (llmload.core.records) to use instead of the built-in prompts")
     p.add_argument("--model", default=None, help="model folder or id (default: the embedded SmolLM2-135M-Instruct)")

@@ -32,7 +32,7 @@ from reports.run import (CellData, RunData, describe_key, group_key, load_run, r
 from reports.tokens import REQUEST_COLUMNS, SERVER_COLUMNS, find_tokenizer, reconcile
 
 IDENTITY = ["server", "task", "mode", "concurrency", "rate", "repeat", "phase", "status"]
-TRAILER = ["token_source", "locust_requests", "error"]
+TRAILER = ["token_source", "chunk_token_source", "locust_requests", "error"]
 #: Columns compared between servers: the throughputs and the headline latency statistics.
 RATIO_COLUMNS = [c for c in headline_columns()
                  if c in ("request_throughput", "output_token_throughput")
@@ -68,13 +68,14 @@ def csv_columns(peaks: list[str]) -> list[str]:
     return IDENTITY + value_columns() + peaks + TRAILER
 
 
-def token_source(cells: list[CellData]) -> str | None:
-    """Where the output token counts came from: ``usage``, ``chunks``, ``none``, or a mix with counts."""
+def token_source(cells: list[CellData], field: str = "output_tokens_source") -> str | None:
+    """Where the output token counts (``field``: or each chunk's, ``chunk_tokens_source``) came from: ``usage``,
+    ``tokenizer``, ``chunks``, ``none``, or a mix with counts."""
     counts: dict[str, int] = {}
     for data in cells:
         for r in data.measured:
             if r.success:
-                counts[r.output_tokens_source] = counts.get(r.output_tokens_source, 0) + 1
+                counts[getattr(r, field)] = counts.get(getattr(r, field), 0) + 1
     if not counts:
         return None
     if len(counts) == 1:
@@ -101,6 +102,7 @@ def cell_row(data: CellData) -> dict:
     """One summary row: identity, figures from the raw log with their intervals, resource peaks."""
     row = identity(data)
     row["token_source"] = token_source([data])
+    row["chunk_token_source"] = token_source([data], "chunk_tokens_source")
     requests = None
     if data.summary is not None:
         requests = requests_of([data])
@@ -123,6 +125,7 @@ def group_row(key: tuple, cells: list[CellData], rows: dict[int, dict]) -> dict:
         return row
     row = identity(ok[0])
     row.update({"repeat": None, "repeats": len(ok), "token_source": token_source(ok),
+                "chunk_token_source": token_source(ok, "chunk_tokens_source"),
                 "locust_requests": sum(c.locust_requests or 0 for c in ok)})
     requests = requests_of(ok)
     row.update(pooled_summary(ok).flat())
@@ -296,6 +299,8 @@ def summary_table(rows: list[dict], peaks: list[str]) -> str:
     columns = present(rows, headline_columns() + extra)
     if any(r.get("token_source") not in ("usage", None) for r in rows):
         columns.append("token_source")
+    if any(r.get("chunk_token_source") not in ("usage", "none", None) for r in rows):  # ITL not from the server
+        columns.append("chunk_token_source")
 
     def cell(row, column):
         return _identity_cell(row, column) if column in ident else estimate_text(column, row)

@@ -107,7 +107,7 @@ def reconcile(run: RunData, tokenizer: Tokenizer | None) -> tuple[list[dict], li
                              "concurrency": cell.concurrency, "rate": cell.rate, "repeat": cell.repeat,
                              "request_id": r.request_id, "prompt_id": r.prompt_id,
                              "output_tokens": r.output_tokens, "output_tokens_source": r.output_tokens_source,
-                             "usage_zero": USAGE_ZERO in r.flags, "text": r.output_text,
+                             "usage_zero": USAGE_ZERO in r.flags, "text": r.reasoning_text + r.output_text,
                              "usage": usage_count(r)})
     if tokenizer is not None:
         for row, n in zip(requests, tokenizer.count([r["text"] for r in requests])):

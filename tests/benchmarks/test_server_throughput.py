@@ -45,6 +45,14 @@ def test_closed_loop_records_every_request_once_with_its_timings(mock_url):
     assert summary.duration_s < 7 * 0.08
 
 
+@pytest.mark.parametrize("api", ["responses", "completion"])
+def test_every_api_is_benchmarked_alike(mock_url, api):
+    results = run_level(mock_url, Workload(PROMPTS, output_tokens=6, model="mock", api=api), 2, 4, timeout=30)
+    assert all(r.success and r.api == api for r in results), [r.error for r in results]
+    assert {r.output_tokens for r in results} == {6} and all(len(r.token_offsets) == 6 for r in results)
+    assert 0.04 <= summarize(results).get("ttft", "p50") < 0.5
+
+
 def test_a_refused_request_comes_back_as_a_failed_result(mock_url):
     (result,) = run_level(mock_url, Workload(PROMPTS, output_tokens=6, model="no-such-model"), 1, 1, timeout=30)
     assert not result.success and result.status_code == 404 and "does not exist" in result.error
