@@ -129,6 +129,20 @@ class SamplingFields(OpenAIBaseModel):
         return None
 
 
+class ToolFields(OpenAIBaseModel):
+    """Tool options, accepted only when they ask for no tool (the engines cannot call tools)."""
+
+    tools: list | None = None
+    tool_choice: Any = None
+
+    def tools_unsupported(self) -> UnsupportedOption | None:
+        if self.tools:
+            return UnsupportedOption("tools", "tools are not supported")
+        if self.tool_choice not in (None, "none", "auto"):
+            return UnsupportedOption("tool_choice", "tool_choice is not supported")
+        return None
+
+
 # --------------------------------------------------------------------------- completions
 
 
@@ -214,7 +228,7 @@ class ChatMessage(OpenAIBaseModel):
         return "".join(part.text for part in self.content)
 
 
-class ChatCompletionRequest(SamplingFields):
+class ChatCompletionRequest(SamplingFields, ToolFields):
     model: str | None = None
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
     logprobs: bool = False
@@ -222,8 +236,6 @@ class ChatCompletionRequest(SamplingFields):
     max_tokens: PositiveInt | None = None
     max_completion_tokens: PositiveInt | None = None
     response_format: dict | None = None
-    tools: list | None = None
-    tool_choice: Any = None
 
     @model_validator(mode="after")
     def _one_budget(self) -> "ChatCompletionRequest":
@@ -234,10 +246,8 @@ class ChatCompletionRequest(SamplingFields):
     def unsupported(self) -> UnsupportedOption | None:
         if self.logprobs or self.top_logprobs:
             return UnsupportedOption("logprobs", "logprobs is not supported")
-        if self.tools:
-            return UnsupportedOption("tools", "tools are not supported")
-        if self.tool_choice not in (None, "none", "auto"):
-            return UnsupportedOption("tool_choice", "tool_choice is not supported")
+        if problem := self.tools_unsupported():
+            return problem
         if self.response_format and self.response_format.get("type") not in (None, "text"):
             return UnsupportedOption("response_format", "only response_format type 'text' is supported")
         return super().unsupported()
@@ -312,7 +322,7 @@ class InputMessage(OpenAIBaseModel):
         return self.content if isinstance(self.content, str) else "".join(part.text for part in self.content)
 
 
-class ResponsesRequest(SamplingFields):
+class ResponsesRequest(SamplingFields, ToolFields):
     """``POST /v1/responses``: ``input`` as text (one user message) or messages; ``max_output_tokens`` (which,
     as in OpenAI's API, counts reasoning tokens too)."""
 
@@ -326,8 +336,6 @@ class ResponsesRequest(SamplingFields):
     previous_response_id: str | None = None
     reasoning: dict | None = None
     text: dict | None = None
-    tools: list | None = None
-    tool_choice: Any = None
     parallel_tool_calls: bool | None = True
     top_logprobs: int | None = None
     truncation: Literal["auto", "disabled"] | None = "disabled"
@@ -349,10 +357,8 @@ class ResponsesRequest(SamplingFields):
         if self.previous_response_id:
             return UnsupportedOption("previous_response_id", "previous_response_id is not supported (nothing is "
                                                              "stored): send the whole conversation as input")
-        if self.tools:
-            return UnsupportedOption("tools", "tools are not supported")
-        if self.tool_choice not in (None, "none", "auto"):
-            return UnsupportedOption("tool_choice", "tool_choice is not supported")
+        if problem := self.tools_unsupported():
+            return problem
         if self.reasoning:
             return UnsupportedOption("reasoning", "reasoning options are not supported")
         if self.top_logprobs:

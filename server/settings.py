@@ -87,7 +87,7 @@ class ServerSettings:
            "--mock-reasoning-field and in Responses' reasoning items, counted in usage's reasoning tokens "
            "(default: %(default)s)", type=non_negative_int)
     mock_reasoning_field: str = setting(
-        "reasoning", "mock engine: the chat field that carries reasoning: reasoning (vLLM >= 0.10) or "
+        "reasoning", "mock engine: the chat field that carries reasoning: reasoning (vLLM's since 2025-11) or "
                      "reasoning_content (DeepSeek, older vLLM) (default: %(default)s)",
         choices=REASONING_FIELDS)
     mock_tokens_per_chunk: int = setting(

@@ -402,7 +402,7 @@ class RunSummary:
             value = self.get(metric, stat)
             return "" if value is None else f", {METRIC_BY_NAME[metric].title} {stat} {value * 1000:.1f} ms"
 
-        reasoning = self.get("reasoning_tokens", "mean")
+        reasoning = self.get("reasoning_tokens", "mean") or None  # a server that reports 0 (vLLM's Responses)
         ttft, ttfo = self.get("ttft", "p50"), self.get("ttfo", "p50")
         answer_later = ttft is not None and ttfo is not None and ttfo - ttft > 0.0005
         text = (f"{self.requests} requests, {self.failures} failed{ms('e2e', 'p50')}{ms('ttft', 'p50')}"

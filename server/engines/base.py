@@ -107,7 +107,7 @@ class Engine(ABC):
     #: Name used in ``--engine`` and in ``/health``.
     name: str = "engine"
     #: Whether its deltas carry reasoning (then usage reports reasoning tokens, as vLLM's does with a reasoning
-    #: parser), and the chat delta field that carries it: ``reasoning`` (vLLM >= 0.10) or ``reasoning_content``.
+    #: parser), and the chat delta field that carries it: ``reasoning`` (vLLM's) or ``reasoning_content``.
     reasons: bool = False
     reasoning_field: str = "reasoning"
 

@@ -6,6 +6,8 @@ top-level conftest and is shared with the other test folders.
 
 from __future__ import annotations
 
+from typing import Iterator
+
 import pytest
 
 from llmload.core.services import ServiceProcess, free_port
@@ -13,19 +15,31 @@ from llmload.targets.basic import basic_server_command
 from server_client import MOCK_ITL_MS, MOCK_MAX_MODEL_LEN, MOCK_TTFT_MS
 
 
-@pytest.fixture(scope="session")
-def mock_url(tmp_path_factory) -> str:
-    """Base URL of a mock-engine server (TTFT 100 ms, ITL 10 ms, context 64 tokens) for the session."""
+def serve_mock(tmp_path_factory, name: str, *flags: str) -> Iterator[str]:
+    """Run a mock-engine server with ``flags`` for a fixture: yields its base URL, stops it after."""
     port = free_port()
-    command = basic_server_command("mock", port, extra=[
-        "--mock-ttft-ms", str(MOCK_TTFT_MS), "--mock-itl-ms", str(MOCK_ITL_MS),
-        "--max-model-len", str(MOCK_MAX_MODEL_LEN), "--log-level", "warning"])
-    proc = ServiceProcess("mock server", command, f"http://127.0.0.1:{port}/health",
-                          tmp_path_factory.mktemp("mock-server") / "server.log")
+    command = basic_server_command("mock", port, extra=[*flags, "--log-level", "warning"])
+    proc = ServiceProcess(name, command, f"http://127.0.0.1:{port}/health",
+                          tmp_path_factory.mktemp(name.replace(" ", "-")) / "server.log")
     proc.start()
     proc.wait_ready(60)
     yield f"http://127.0.0.1:{port}"
     proc.stop()
+
+
+@pytest.fixture(scope="session")
+def mock_url(tmp_path_factory) -> Iterator[str]:
+    """Base URL of a mock-engine server (TTFT 100 ms, ITL 10 ms, context 64 tokens) for the session."""
+    yield from serve_mock(tmp_path_factory, "mock server", "--mock-ttft-ms", str(MOCK_TTFT_MS), "--mock-itl-ms",
+                          str(MOCK_ITL_MS), "--max-model-len", str(MOCK_MAX_MODEL_LEN))
+
+
+@pytest.fixture(scope="module")
+def reasoning_mock(tmp_path_factory) -> Iterator[str]:
+    """A mock whose answers start with 3 reasoning tokens under ``reasoning_content``, 2 tokens per chunk."""
+    yield from serve_mock(tmp_path_factory, "reasoning mock", "--mock-ttft-ms", "50", "--mock-itl-ms", "10",
+                          "--mock-reasoning-tokens", "3", "--mock-reasoning-field", "reasoning_content",
+                          "--mock-tokens-per-chunk", "2")
 
 
 @pytest.fixture(scope="session")

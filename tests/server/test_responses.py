@@ -150,24 +150,6 @@ def test_bad_requests_get_openai_shaped_errors(mock_url, body, status, param):
 # --------------------------------------------------------------------------- reasoning and multi-token chunks
 
 
-@pytest.fixture(scope="module")
-def reasoning_mock(tmp_path_factory):
-    """A mock whose answers start with 3 reasoning tokens under ``reasoning_content``, 2 tokens per chunk."""
-    from llmload.core.services import ServiceProcess, free_port
-    from llmload.targets.basic import basic_server_command
-
-    port = free_port()
-    command = basic_server_command("mock", port, extra=[
-        "--mock-ttft-ms", "50", "--mock-itl-ms", "10", "--mock-reasoning-tokens", "3",
-        "--mock-reasoning-field", "reasoning_content", "--mock-tokens-per-chunk", "2", "--log-level", "warning"])
-    proc = ServiceProcess("reasoning mock", command, f"http://127.0.0.1:{port}/health",
-                          tmp_path_factory.mktemp("reasoning-mock") / "server.log")
-    proc.start()
-    proc.wait_ready(60)
-    yield f"http://127.0.0.1:{port}"
-    proc.stop()
-
-
 def test_reasoning_in_chat_sync_and_usage(reasoning_mock):
     body = post_ok(reasoning_mock, "/v1/chat/completions", {"messages": CHAT, "max_tokens": 7})
     message = body["choices"][0]["message"]

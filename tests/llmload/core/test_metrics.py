@@ -165,3 +165,5 @@ def test_reasoning_counts_in_ttft_tpot_and_tokens_and_the_answer_has_its_own_ttf
         "reasoning tokens mean tok"
     plain = summarize([stream_result()])
     assert plain.get("reasoning_tokens", "mean") is None and "TTFO" not in plain.line()
+    zero = summarize([stream_result(reasoning_tokens=0, first_output_offset=0.2)])  # a server that reports 0
+    assert zero.get("reasoning_tokens", "mean") == 0 and "reasoning" not in zero.line() and "TTFO" not in zero.line()
