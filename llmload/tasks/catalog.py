@@ -1,7 +1,7 @@
 """The suite's tasks, each declared once: four from real prompts, three generated.
 
 Adding a task is one more ``register(Task(...))`` here (or in any module
-imported before the build) plus a ten-line ``locustfiles/<name>.py``.
+imported before the build) plus a ten-line ``llmload/locustfiles/<name>.py``.
 """
 
 from __future__ import annotations

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Union
 
-from llmload.core.paths import REPO_ROOT
 from llmload.core.records import DatasetError, PromptRecord
 from llmload.tasks import sources
 from llmload.tasks.sources import RawItem, RawSource
@@ -33,7 +32,8 @@ from llmload.tasks.sources import RawItem, RawSource
 if TYPE_CHECKING:  # pragma: no cover
     from llmload.tasks.tokens import TokenCounter
 
-LOCUSTFILES_DIR = REPO_ROOT / "locustfiles"
+#: The packaged locustfiles (``locustfiles/`` at the repository root links to this folder).
+LOCUSTFILES_DIR = Path(__file__).resolve().parents[1] / "locustfiles"
 
 
 # --------------------------------------------------------------------------- how a raw text becomes a prompt
@@ -171,7 +171,7 @@ class Task:
     bundled: Source  # the offline source, the default (``--source bundled``)
     template: TaskTemplate | None = None  # None for generated tasks
     hub: HubSource | None = None  # used with --source hf/auto and --data-files TASK=PATH
-    locustfile: Path | None = None  # default: locustfiles/<name>.py
+    locustfile: Path | None = None  # default: llmload/locustfiles/<name>.py
     in_default_matrix: bool = True  # the runner runs it when --tasks is not given
     #: Generated tasks: builds the records from the raw source (instead of one record per raw text) ...
     generate: GenerateHook | None = None

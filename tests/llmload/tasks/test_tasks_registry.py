@@ -58,7 +58,8 @@ def test_the_suite_declares_seven_tasks_three_in_the_default_matrix():
     assert default_budgets() == {"chat": 256, "summarization": 128, "qa": 32, "code": 192, "synthetic": 128,
                                  "prefix": 64, "conversation": 128}
     for task in all_tasks():
-        assert task.locustfile == REPO_ROOT / "locustfiles" / f"{task.name}.py"
+        assert task.locustfile == REPO_ROOT / "llmload" / "locustfiles" / f"{task.name}.py"  # in the package
+        assert (REPO_ROOT / "locustfiles" / f"{task.name}.py").resolve() == task.locustfile  # the root link
         assert task.generated == (task.name in ("synthetic", "prefix", "conversation"))
     for name in ("chat", "summarization", "qa", "code", "synthetic", "prefix"):
         source = get_task(name).locustfile.read_text()
