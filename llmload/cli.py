@@ -135,12 +135,16 @@ def missing_dependency(command: str, exc: ModuleNotFoundError) -> str:
         requires = metadata.requires("llmload") or []
     except metadata.PackageNotFoundError:
         requires = []
+    extras = []
     for requirement in requires:
         name = re.sub(r"[-_.]+", "-", re.match(r"[A-Za-z0-9._-]+", requirement)[0]).lower()
         extra = re.search(r"extra\s*==\s*['\"]([\w-]+)['\"]", requirement)
-        if name == wanted and extra:
-            return f"llmload {command} needs {module}, which is not installed: pip install 'llmload[{extra[1]}]'"
-    return f"llmload {command} needs the Python module {module!r}, which is not installed"
+        if name == wanted and extra and extra[1] not in extras:
+            extras.append(extra[1])
+    if not extras:
+        return f"llmload {command} needs the Python module {module!r}, which is not installed"
+    others = "".join(f" (or [{e}])" for e in extras[1:])
+    return f"llmload {command} needs {module}, which is not installed: pip install 'llmload[{extras[0]}]'{others}"
 
 
 def call(command: Command, argv: list[str]) -> int:

@@ -19,6 +19,8 @@ CODE = "\n".join(re.findall(r"```(?:bash)?\n(.*?)```", README, flags=re.S)) + "\
 MODULES = sorted(m for m in set(re.findall(r"python -m ([a-z_][\w.]*)", CODE)) - {"venv", "pip"}
                  if not m.startswith("vllm."))
 MAKE_TARGETS = sorted(set(re.findall(r"\bmake ([a-z][\w-]*)", CODE)))
+#: The subcommands of ``llmload COMMAND`` (or ``python -m llmload COMMAND``) the README shows.
+LLMLOAD_COMMANDS = sorted(set(re.findall(r"(?<![\w/.-])llmload ([a-z][\w-]*)", CODE)))
 PATHS = sorted(set(re.findall(r"\b((?:locustfiles|datasets|scripts|server|reports|monitors|llmload|docs|benchmarks)"
                               r"/[\w./-]+\.(?:py|sh|md|png|js|conf))(?![\w-])", README)))
 
@@ -26,6 +28,15 @@ PATHS = sorted(set(re.findall(r"\b((?:locustfiles|datasets|scripts|server|report
 def test_the_readme_names_commands():
     assert {"llmload.runner", "server", "server.vllm_launcher", "reports.merge", "monitors"} <= set(MODULES)
     assert {"compare", "test", "quick", "data", "model"} <= set(MAKE_TARGETS)
+    assert {"run", "report", "compare", "prepare", "serve", "locust", "locustfile"} <= set(LLMLOAD_COMMANDS)
+
+
+@pytest.mark.parametrize("command", LLMLOAD_COMMANDS)
+def test_llmload_commands_exist_and_answer_help(command):
+    proc = subprocess.run([sys.executable, "-m", "llmload", command, "--help"], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "usage" in proc.stdout.lower()
 
 
 @pytest.mark.parametrize("module", MODULES)
@@ -59,7 +70,7 @@ def test_datasets_is_not_a_package():
 
 def readme_command_lines() -> list[str]:
     """The commands of the README's bash blocks (continuation lines joined, comments dropped) and its inline
-    commands (`python -m ...`, `make compare ARGS="..."`)."""
+    commands (`python -m ...`, `llmload ...`, `make compare ARGS="..."`)."""
     lines = []
     for block in re.findall(r"```bash\n(.*?)```", README, flags=re.S):
         for line in block.replace("\\\n", " ").splitlines():
@@ -73,8 +84,14 @@ def readme_command_lines() -> list[str]:
 def help_command(line: str) -> tuple[str, ...] | None:
     """The command whose --help lists the flags ``line`` uses (None for commands not checked here)."""
     words = line.split()
+    if words[:3] == ["python", "-m", "llmload"]:
+        words = words[2:]
     if len(words) < 2:
         return None
+    if words[0] == "llmload":
+        if not re.fullmatch(r"[a-z][\w-]*", words[1]):
+            return None  # `llmload COMMAND --help`: a placeholder
+        return ("locust",) if words[1] == "locust" else ("llmload", words[1])
     if words[0] == "make" and words[1] in ("compare", "quick"):
         return ("python", "-m", "llmload.runner")
     if words[:2] == ["python", "-m"] and len(words) > 2:
@@ -90,6 +107,8 @@ def help_text(command: tuple[str, ...]) -> str:
     Locust prints its help before it imports a locustfile, so it never lists a locustfile's options)."""
     if command == ("locust",):
         runs = [["-m", "locust", "-f", "locustfiles/chat.py", "--help"], ["-m", "llmload.loadgen"]]
+    elif command[0] == "llmload":
+        runs = [["-m", "llmload", command[1], "--help"]]
     else:
         runs = [["-m", command[-1], "--help"]]
     texts = []
