@@ -64,6 +64,7 @@ from llmload.core.records import PromptRecord, write_records
 from llmload.core.services import ServiceError
 from llmload.core.stats import min_samples
 from llmload.core.tables import render
+from llmload.tasks import get_task
 
 from monitors.sampler import read_monitor, start_monitor
 
@@ -144,7 +145,7 @@ def tagged_prompts(path: Path, prefix: str, count: int, answer_tokens: int) -> P
 def locust_command(url: str, load: Workload, prompts: Path, raw_log: Path) -> list[str]:
     """One standalone Locust process, headless: ``users`` users (or ``rate`` req/s) until ``requests`` are done."""
     rate = ["--rate", f"{load.rate:g}", "--arrival", "constant"] if load.rate else []
-    return [sys.executable, "-m", "locust", "-f", str(REPO_ROOT / "locustfiles" / "chat.py"), "--headless",
+    return [sys.executable, "-m", "locust", "-f", str(get_task("chat").locustfile), "--headless",
             "-u", str(load.users), "-r", str(load.users), "-H", url, "--only-summary", "--loglevel", "WARNING",
             "-t", f"{int(RUN_TIMEOUT_S)}s", "--stop-timeout", "10", "--mode", "stream", "--api", "chat",
             "--requests", str(load.requests), "--max-tokens", str(load.answer_tokens), "--ignore-eos",

@@ -34,6 +34,7 @@ from llmload.core.records import PromptRecord, write_records
 from llmload.core.services import ServiceError, free_port, local_url
 from llmload.core.tables import render
 from llmload.targets import Target, TargetSettings, get_kind, start_target
+from llmload.tasks import get_task
 
 STEP = 100_000
 
@@ -79,7 +80,7 @@ def run(args: argparse.Namespace, work: Path) -> int:
     web_port = free_port()
     web = local_url(web_port)
     prefix = work / "soak"
-    command = [sys.executable, "-m", "locust", "-f", str(REPO_ROOT / "locustfiles" / "chat.py"),
+    command = [sys.executable, "-m", "locust", "-f", str(get_task("chat").locustfile),
                "-H", server.base_url, "--web-host", "127.0.0.1", "--web-port", str(web_port), "--autostart",
                "--autoquit", "0", "-u", str(args.users), "-r", str(args.users), "--requests", str(args.requests),
                "--max-tokens", str(args.tokens), "--ignore-eos", "--model", "mock", "--mode", "stream",
