@@ -21,6 +21,7 @@ from pathlib import Path
 
 from llmload import __version__
 
+
 @dataclass(frozen=True)
 class Command:
     """A subcommand: the program it runs (``module:function``, called with the argument list) and its equivalent."""
@@ -55,7 +56,7 @@ class CommandError(Exception):
 def usage() -> str:
     name = max(len(c.name) for c in COMMANDS)
     summary = max(len(c.summary) for c in COMMANDS)
-    lines = ["usage: llmload COMMAND [ARGS...]", "",
+    lines = ["usage: llmload COMMAND [ARGS...]    (llmload --version: the version)", "",
              "Load-test OpenAI-compatible LLM servers with Locust: the basic server against vLLM, or any server by "
              "URL.", "", "commands (each takes the options of the program on its right: llmload COMMAND --help):"]
     lines += [f"  {c.name:<{name}}  {c.summary:<{summary}}  {c.same_as}".rstrip() for c in COMMANDS]
@@ -186,4 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (llmload --help | head): stop quietly, as Python's docs advise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
