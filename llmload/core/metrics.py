@@ -483,6 +483,22 @@ def ratio(numerator: float | None, denominator: float | None) -> float | None:
 SKETCH_RELATIVE_ACCURACY = 0.01
 
 
+def sketch_to_bytes(sketch: DDSketch) -> bytes:
+    """A sketch in DDSketch's own protobuf form (its bins; count, sum, min and max are not carried)."""
+    from ddsketch.pb.proto import DDSketchProto  # protobuf: only where sketches cross processes
+
+    return DDSketchProto.to_proto(sketch).SerializeToString()
+
+
+def sketch_from_bytes(blob: bytes) -> DDSketch:
+    """A sketch written by :func:`sketch_to_bytes`, ready to merge into one of :data:`SKETCH_RELATIVE_ACCURACY`."""
+    from ddsketch.pb.proto import DDSketchProto, pb  # protobuf: only where sketches cross processes
+
+    sketch = DDSketch(SKETCH_RELATIVE_ACCURACY)
+    sketch.merge(DDSketchProto.from_proto(pb.DDSketch.FromString(blob)))
+    return sketch
+
+
 class LiveStats:
     """Mergeable, fixed-size statistics of a stream of results: the same figures as :func:`summarize`.
 
@@ -491,6 +507,8 @@ class LiveStats:
     does not grow with the number of requests. Used for everything live (Locust
     rows, the web UI, the end-of-run line); the reports use :func:`summarize` on
     the raw log. Inter-token gaps (one value per token) are left to the reports.
+    Merged with :meth:`merge`; :meth:`to_wire` / :meth:`from_wire` carry it between
+    processes (a distributed run's workers to its master).
     """
 
     METRICS = tuple(m for m in METRICS if not m.many)
@@ -541,6 +559,25 @@ class LiveStats:
             self.sums[name] += other.sums[name]
             if name in other.maxima:
                 self.maxima[name] = max(self.maxima.get(name, float("-inf")), other.maxima[name])
+
+    def to_wire(self) -> dict:
+        """A plain dict (numbers, strings, bytes) for Locust's messages; :meth:`from_wire` reads it back."""
+        return {"requests": self.requests, "failures": self.failures, "tokens": self.tokens, "slo_met": self.slo_met,
+                "first": self.first, "last": self.last, "maxima": dict(self.maxima),
+                "sums": {name: value for name, value in self.sums.items() if self.sketches[name].count},
+                "sketches": {name: sketch_to_bytes(s) for name, s in self.sketches.items() if s.count}}
+
+    @classmethod
+    def from_wire(cls, data: dict) -> "LiveStats":
+        stats = cls()
+        stats.requests, stats.failures, stats.tokens = data["requests"], data["failures"], data["tokens"]
+        stats.slo_met, stats.first, stats.last = data["slo_met"], data["first"], data["last"]
+        stats.maxima = dict(data["maxima"])
+        for name, blob in data["sketches"].items():
+            if name in stats.sketches:  # a metric this version does not know is refused with the worker, not here
+                stats.sketches[name].merge(sketch_from_bytes(blob))
+                stats.sums[name] = data["sums"][name]
+        return stats
 
     def _stat(self, metric: Metric, stat: str) -> float | None:
         sketch = self.sketches.get(metric.name)

@@ -4,6 +4,11 @@
 ``flush_s`` seconds, never rewriting the file: after a ``kill -9`` every result
 written more than ``flush_s`` earlier is on disk, and the file is valid JSONL up
 to its last complete line (:func:`iter_results` skips a cut last line).
+
+A distributed run's workers each write such a log of their own (a *shard*)
+and hand its new bytes over in chunks (:meth:`RawLogWriter.take`); the master
+appends them to the run's log as they are (:meth:`RawLogWriter.write_bytes`),
+and reads what a lost worker flushed after its last chunk with :func:`read_tail`.
 """
 
 from __future__ import annotations
@@ -18,23 +23,47 @@ from llmload.core.metrics import RequestResult
 
 
 class RawLogWriter:
-    """Appends results to a JSONL file (created or truncated on open), flushed at least every ``flush_s``."""
+    """Appends results to a JSONL file (created or truncated on open), flushed at least every ``flush_s``.
 
-    def __init__(self, path: str | os.PathLike, flush_s: float = 0.5):
+    ``keep``: also keep the bytes written since the last :meth:`take` (a shard handing its chunks on).
+    """
+
+    def __init__(self, path: str | os.PathLike, flush_s: float = 0.5, keep: bool = False):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.flush_s = flush_s
-        self.count = 0
-        self._file = self.path.open("w", encoding="utf-8")
+        self.count = 0  # lines written
+        self.size = 0  # bytes written
+        self.keep = keep
+        self._kept: list[bytes] = []
+        self._taken = (0, 0)  # (bytes, lines) handed on by take()
+        self._file = self.path.open("wb")
         self._flushed = time.monotonic()
         self._dirty = False
 
     def write(self, result: RequestResult) -> None:
-        self._file.write(result.to_json() + "\n")
-        self.count += 1
+        self.write_bytes((result.to_json() + "\n").encode("utf-8"), 1)
+
+    def write_bytes(self, data: bytes, lines: int) -> None:
+        """Append ``lines`` complete JSONL lines already encoded (a worker's chunk)."""
+        if not data:
+            return
+        self._file.write(data)
+        if self.keep:
+            self._kept.append(data)
+        self.count += lines
+        self.size += len(data)
         self._dirty = True
         if time.monotonic() - self._flushed >= self.flush_s:
             self.flush()
+
+    def take(self) -> tuple[int, bytes, int]:
+        """``(offset, data, lines)``: what was written since the last take, and the byte offset it starts at."""
+        offset, lines = self._taken
+        data = b"".join(self._kept)
+        self._kept.clear()
+        self._taken = (self.size, self.count)
+        return offset, data, self.count - lines
 
     def flush(self) -> None:
         """Hand what was written to the operating system (it survives the process from then on)."""
@@ -53,6 +82,22 @@ class RawLogWriter:
         return self._file.closed
 
 
+def read_tail(path: str | os.PathLike, offset: int) -> tuple[bytes, list[RequestResult]]:
+    """The complete lines of ``path`` from byte ``offset`` on, as bytes and as results (a cut last line is left out).
+
+    Raises OSError when the file cannot be read, ValueError for a line that is not a result.
+    """
+    with Path(path).open("rb") as handle:
+        handle.seek(offset)
+        data = handle.read()
+    data = data[: data.rfind(b"\n") + 1]
+    results = []
+    for lineno, line in enumerate(data.splitlines(), 1):
+        try:
+            results.append(RequestResult.from_dict(json.loads(line)))
+        except (json.JSONDecodeError, TypeError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{path}: line {lineno} after byte {offset}: not a request result ({exc})") from None
+    return data, results
 
 
 def write_results(path: str | os.PathLike, results: Iterable[RequestResult]) -> int:
