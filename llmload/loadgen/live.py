@@ -1,11 +1,29 @@
-"""Live figures of a run, in fixed-size state: run-so-far per task and a sliding window of the last seconds.
+"""Live figures of a run, fixed-size and mergeable: run-so-far per task and a sliding window of the last seconds.
 
-:class:`LiveBoard` is fed every result as it completes (on the master when
-distributed). Run-so-far figures are one :class:`~llmload.core.metrics.LiveStats`
-per task (merged for the total when asked); the window is a ring of one-second
-buckets with a sketch per latency, so every read costs the same at 1 k and 10 M
-results. Requests count in the second they ended; their tokens in the second
-each token arrived (so a request still in flight is not counted yet).
+:class:`LiveBoard` is fed every result where it is measured (standalone, or
+each worker of a distributed run) and merged where the run is watched (the
+master merges its workers' boards). Its parts, each mergeable and carried
+between processes as a plain dict (:meth:`LiveBoard.to_wire`):
+
+* ``tasks``: one :class:`~llmload.core.metrics.LiveStats` per task (the
+  run-so-far figures; merged for the total when asked);
+* ``buckets``: one :class:`Bucket` per second (requests, failures, tokens, SLO
+  tallies and a sketch per windowed latency), the sliding window's material, so
+  every read costs the same at 1 k and 10 M results;
+* ``counts``: run-wide tallies (:class:`Counts`: requests late on the schedule,
+  successes, the first failure's time);
+* ``reach``: per process, how long it found the server unreachable
+  (:class:`Reach`); the board reports the longest.
+
+The first three are *additive*: a worker sends what it counted since its last
+report, and the master adds it. ``reach`` is a *per-process gauge*: each
+report carries the worker's current value, and the master keeps the latest per
+worker. A new live figure is one more part of either kind.
+
+Requests count in the second they ended; their tokens in the second each token
+arrived (so a request still in flight is not counted yet). On a master the
+board is complete only up to its workers' last reports (:attr:`LiveBoard.complete_until`),
+so its window and its history points end there.
 """
 
 from __future__ import annotations
@@ -17,13 +35,23 @@ from dataclasses import dataclass, field
 
 from ddsketch import DDSketch
 
-from llmload.core.metrics import (SKETCH_RELATIVE_ACCURACY, LiveStats, RequestMetrics, RequestResult, RunSummary)
+from llmload.core.metrics import (SKETCH_RELATIVE_ACCURACY, LiveStats, RequestMetrics, RequestResult, RunSummary,
+                                  sketch_from_bytes, sketch_to_bytes)
 
 WINDOW_S = 10
 #: Latencies the window tracks, by metric name.
 WINDOW_METRICS = ("ttft", "tpot", "e2e", "dispatch_lag")
 #: Seconds of history kept for the web UI's charts (one point per second).
 HISTORY_S = 3600
+#: Seconds of buckets kept behind the newest complete second (the window, a master's lag, and a margin).
+KEEP_S = 3 * WINDOW_S
+#: Most history points one snapshot adds when it catches up (a master whose workers report every 3 s).
+CATCH_UP_POINTS = 30
+UNREACHABLE = "unreachable"
+
+
+def _sketches() -> dict[str, DDSketch]:
+    return {m: DDSketch(SKETCH_RELATIVE_ACCURACY) for m in WINDOW_METRICS}
 
 
 @dataclass
@@ -36,35 +64,121 @@ class Bucket:
     tokens: int = 0
     slo_met: int = 0
     slo_judged: int = 0
-    sketches: dict = field(default_factory=lambda: {m: DDSketch(SKETCH_RELATIVE_ACCURACY) for m in WINDOW_METRICS})
+    sketches: dict = field(default_factory=_sketches)
+
+    def merge(self, other: "Bucket") -> None:
+        self.requests += other.requests
+        self.failures += other.failures
+        self.tokens += other.tokens
+        self.slo_met += other.slo_met
+        self.slo_judged += other.slo_judged
+        for name, sketch in other.sketches.items():
+            if sketch.count:
+                self.sketches[name].merge(sketch)
+
+    def to_wire(self) -> dict:
+        return {"second": self.second, "requests": self.requests, "failures": self.failures, "tokens": self.tokens,
+                "slo_met": self.slo_met, "slo_judged": self.slo_judged,
+                "sketches": {name: sketch_to_bytes(s) for name, s in self.sketches.items() if s.count}}
+
+    @classmethod
+    def from_wire(cls, data: dict) -> "Bucket":
+        bucket = cls(data["second"], data["requests"], data["failures"], data["tokens"], data["slo_met"],
+                     data["slo_judged"])
+        for name, blob in data["sketches"].items():
+            if name in bucket.sketches:
+                bucket.sketches[name] = sketch_from_bytes(blob)
+        return bucket
+
+
+@dataclass
+class Counts:
+    """Run-wide tallies: additive (``first_failure`` merges by the earliest)."""
+
+    late: int = 0  # open loop: tickets already due when a user took them (every user was busy)
+    successes: int = 0  # warm-up included: what tells that a server answers
+    first_failure: float | None = None  # epoch seconds a failure was counted first (warm-up included)
+
+    def merge(self, other: "Counts") -> None:
+        self.late += other.late
+        self.successes += other.successes
+        if other.first_failure is not None:
+            self.first_failure = other.first_failure if self.first_failure is None else \
+                min(self.first_failure, other.first_failure)
+
+    def to_wire(self) -> dict:
+        return {"late": self.late, "successes": self.successes, "first_failure": self.first_failure}
+
+    @classmethod
+    def from_wire(cls, data: dict) -> "Counts":
+        return cls(data["late"], data["successes"], data["first_failure"])
+
+
+@dataclass
+class Reach:
+    """One process's view of the server's reachability: seconds it was unreachable, and an outage still open.
+
+    An outage runs from the first refused or reset request after a success to the end of the next success.
+    """
+
+    closed_s: float = 0.0
+    down_since: float | None = None
+
+    def track(self, result: RequestResult) -> None:
+        if UNREACHABLE in result.flags:
+            if self.down_since is None:
+                self.down_since = result.start_time
+        elif result.success and self.down_since is not None:
+            self.closed_s += max(result.start_time + result.end_offset - self.down_since, 0.0)
+            self.down_since = None
+
+    def so_far(self, now: float) -> float:
+        return self.closed_s + (max(now - self.down_since, 0.0) if self.down_since is not None else 0.0)
+
+    def to_wire(self) -> dict:
+        return {"closed_s": self.closed_s, "down_since": self.down_since}
+
+    @classmethod
+    def from_wire(cls, data: dict) -> "Reach":
+        return cls(data["closed_s"], data["down_since"])
 
 
 class LiveBoard:
-    """Run-so-far and sliding-window figures, per task and in total."""
+    """Run-so-far and sliding-window figures, per task and in total; mergeable (:meth:`merge`, :meth:`to_wire`)."""
 
     def __init__(self, window_s: int = WINDOW_S):
         self.window_s = window_s
         self.tasks: dict[str, LiveStats] = {}
+        self.counts = Counts()
+        self.reach: dict[str, Reach] = {"": Reach()}  # process -> its reachability ('' = this one)
         self._buckets: dict[int, Bucket] = {}
         self.history: deque[dict] = deque(maxlen=HISTORY_S)
-        self.unreachable_s = 0.0
-        self._down_since: float | None = None
+        #: Epoch seconds up to which the board holds every result (None: now; a master: its workers' last reports).
+        self.complete_until: float | None = None
+
+    @property
+    def now(self) -> float:
+        return self.complete_until if self.complete_until is not None else time.time()
 
     def _bucket(self, second: int) -> Bucket | None:
         """The bucket of ``second`` if it is recent enough to matter (the window plus a margin)."""
-        now = int(time.time())
-        if second < now - 2 * self.window_s:
+        oldest = int(self.now) - KEEP_S
+        if second < oldest:
             return None
         bucket = self._buckets.get(second)
         if bucket is None:
             bucket = self._buckets[second] = Bucket(second)
-            for old in [s for s in self._buckets if s < now - 2 * self.window_s]:
+            for old in [s for s in self._buckets if s < oldest]:
                 del self._buckets[old]
         return bucket
 
     def add(self, result: RequestResult, metrics: RequestMetrics) -> None:
-        """Count one completed result (warm-up results count nowhere)."""
-        self._track_reachability(result)
+        """Count one completed result (a warm-up result counts only in reachability, successes and failures)."""
+        self.reach[""].track(result)
+        if result.success:
+            self.counts.successes += 1
+        elif self.counts.first_failure is None:
+            self.counts.first_failure = time.time()
         if result.warmup:
             return
         stats = self.tasks.get(result.task)
@@ -95,31 +209,52 @@ class LiveBoard:
         else:  # sync, or a server whose chunks hold several tokens: all at the end
             bucket.tokens += metrics.output_tokens
 
-    def _track_reachability(self, result: RequestResult) -> None:
-        """Sum the time between the first refused/reset request after a success and the next success."""
-        end = result.start_time + result.end_offset
-        if "unreachable" in result.flags:
-            if self._down_since is None:
-                self._down_since = result.start_time
-        elif result.success and self._down_since is not None:
-            self.unreachable_s += max(end - self._down_since, 0.0)
-            self._down_since = None
+    # ------------------------------------------------------------------ merging
 
-    def unreachable_so_far(self) -> float:
-        """Seconds the server refused or reset connections (an outage still going on counts up to now)."""
-        open_outage = time.time() - self._down_since if self._down_since is not None else 0.0
-        return self.unreachable_s + open_outage
+    def merge(self, other: "LiveBoard", node: str) -> None:
+        """Add ``other`` (what worker ``node`` counted since its last report); keep its reachability as its latest."""
+        for task, stats in other.tasks.items():
+            mine = self.tasks.get(task)
+            if mine is None:
+                self.tasks[task] = stats
+            else:
+                mine.merge(stats)
+        self.counts.merge(other.counts)
+        for second, bucket in other._buckets.items():
+            mine = self._bucket(second)
+            if mine is not None:
+                mine.merge(bucket)
+        self.reach[node] = other.reach[""]
+
+    def to_wire(self) -> dict:
+        """Every part as plain data (numbers, strings, bytes) for Locust's messages."""
+        return {"tasks": {task: stats.to_wire() for task, stats in self.tasks.items()},
+                "buckets": [b.to_wire() for b in self._buckets.values() if b.requests or b.tokens],
+                "counts": self.counts.to_wire(), "reach": self.reach[""].to_wire()}
+
+    @classmethod
+    def from_wire(cls, data: dict) -> "LiveBoard":
+        board = cls()
+        board.tasks = {task: LiveStats.from_wire(stats) for task, stats in data["tasks"].items()}
+        board.counts = Counts.from_wire(data["counts"])
+        board.reach[""] = Reach.from_wire(data["reach"])
+        for bucket in data["buckets"]:
+            board._buckets[bucket["second"]] = Bucket.from_wire(bucket)
+        return board
 
     # ------------------------------------------------------------------ reading
+
+    def unreachable_so_far(self) -> float:
+        """Seconds the server refused or reset connections, as long as one process saw it (an open outage counts
+        up to now)."""
+        now = time.time()
+        return max(reach.so_far(now) for reach in self.reach.values())
 
     def summaries(self) -> dict[str, RunSummary]:
         """Run-so-far summary per task, and over all tasks (key ``"all"``) when there are several."""
         out = {task: stats.summary() for task, stats in sorted(self.tasks.items())}
         if len(self.tasks) > 1:
-            total = LiveStats()
-            for stats in self.tasks.values():
-                total.merge(stats)
-            out["all"] = total.summary()
+            out["all"] = self.total()
         return out
 
     def total(self) -> RunSummary:
@@ -130,11 +265,11 @@ class LiveBoard:
 
     def window(self, now: float | None = None) -> dict:
         """Figures over the last ``window_s`` complete seconds: rates, latency percentiles (ms), SLO."""
-        now = time.time() if now is None else now
+        now = self.now if now is None else now
         last = int(now) - 1  # the current second is still filling
         seconds = range(last - self.window_s + 1, last + 1)
         buckets = [self._buckets[s] for s in seconds if s in self._buckets]
-        merged = {m: DDSketch(SKETCH_RELATIVE_ACCURACY) for m in WINDOW_METRICS}
+        merged = _sketches()
         requests = failures = tokens = met = judged = 0
         for b in buckets:
             requests, failures, tokens = requests + b.requests, failures + b.failures, tokens + b.tokens
@@ -157,11 +292,22 @@ class LiveBoard:
                 "slo_attainment_pct": round(100.0 * met / judged, 2) if judged else None,
                 "goodput_per_s": round(met / span, 3) if judged else None}
 
-    def snapshot(self, users: int, extra: dict | None = None) -> dict:
-        """Record one point of history (the window now, the user count, and ``extra`` such as server RSS)."""
-        point = {**self.window(), "users": users, **(extra or {})}
-        self.history.append(point)
-        return point
+    def snapshot(self, users: int, extra: dict | None = None) -> list[dict]:
+        """Add history points up to :attr:`now` (the window there, the user count, ``extra`` such as server RSS).
+
+        One point a call where the board is complete up to now; a master's board, complete only up to its
+        workers' last reports, gets one point per second up to there (the seconds a report brought).
+        """
+        until = self.now
+        last = self.history[-1]["time"] if self.history else None
+        if self.complete_until is None or last is None:
+            times = [until] if last is None or until > last else []
+        else:
+            count = min(int(until - last), CATCH_UP_POINTS)
+            times = [until - k for k in range(count - 1, -1, -1)] if count > 0 else []
+        points = [{**self.window(t), "users": users, **(extra or {})} for t in times]
+        self.history.extend(points)
+        return points
 
 
 def finite(value: float | None) -> float | None:
