@@ -1,35 +1,29 @@
-"""The Locust integration: options, tickets, results into Locust's stats, the raw log, live figures, faults.
+"""The Locust integration's run lifecycle: one :class:`LoadPlugin` per Locust environment, wiring the parts.
 
 Importing this module registers its listeners on ``locust.events`` (the
-locustfiles import it through :mod:`llmload.loadgen.user`). One
-:class:`LoadPlugin` per Locust environment holds the run's state.
+locustfiles import it through :mod:`llmload.loadgen.user`). The parts, each
+testable without Locust where it can be:
 
-Where results go: every :class:`~llmload.core.metrics.RequestResult` is
-*collected* once, where the raw log is written (standalone, or the master: a
-worker sends each result as an ``llmload_result`` message and logs nothing
-itself). Collecting appends it to the raw log, counts it in the live figures
-(:class:`~llmload.loadgen.live.LiveBoard`) and logs it into Locust's stats: the
-request row (``POST chat /v1/chat/completions``) with the true E2E as its
-response time and the output tokens as its length, and one ``METRIC`` row per
-catalogue metric marked ``locust_row`` (``chat TTFT``, ``chat TPOT``,
-``chat dispatch lag``, in ms) plus ``chat SLO ...`` whose failures are the
-requests that missed it. ``METRIC`` rows are logged straight into their
-``StatsEntry``, so the Aggregated row counts real requests only. So the raw
-log and Locust's stats agree by construction, however many workers come and go.
+* tickets (:mod:`~llmload.loadgen.budget`, :mod:`~llmload.loadgen.schedule`):
+  ``--requests``, ``--warmup`` and ``--rate`` over all users and workers, in blocks;
+* the results sink (:mod:`~llmload.loadgen.sink`): every result counted once,
+  where it was measured, into the raw log (a worker's own shard), the live
+  board and Locust's rows (:mod:`~llmload.loadgen.rows`);
+* the live aggregates (:mod:`~llmload.loadgen.live`), merged on a master;
+* the distributed protocol (:mod:`~llmload.loadgen.cluster`);
+* outputs (:mod:`~llmload.loadgen.outputs`) and the resource monitor
+  (:mod:`~llmload.loadgen.monitor`).
 
-Tickets (:mod:`llmload.loadgen.budget`) number the requests for ``--requests``,
-``--warmup`` and ``--rate``; a worker asks the master for one before each
-request (``llmload_ticket``). When a worker disappears, the master records its
-requests in flight as lost and returns their tickets, so the run still ends
-by ``--requests``.
+Roles: standalone, one process does everything. In a distributed run each
+worker counts its own results and sends the master, in Locust's worker report
+(every 3 s, and once more when it stops), its board's delta and its shard's new
+bytes; the master merges them into its board, its Locust stats (Locust's own
+report), and the run's raw log. Tickets come from the master in blocks.
 """
 
 from __future__ import annotations
 
-import csv
-import gc
 import itertools
-import json
 import logging
 import os
 import random
@@ -45,78 +39,73 @@ import gevent
 from gevent.event import AsyncResult
 
 import locust
-from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
-from locust.stats import PERCENTILES_TO_REPORT, StatsCSV, StatsError
+from locust.runners import STATE_MISSING, STATE_RUNNING, STATE_SPAWNING, MasterRunner, WorkerRunner
+from locust.stats import StatsEntry
 
-from llmload.core.cost import cost_figures, cost_text
-from llmload.core.metrics import METRICS, RequestMetrics, RequestResult, request_metrics
-from llmload.core.rawlog import RawLogWriter
 from llmload.core.records import DatasetError, PromptRecord, load_prompts
+from llmload.core.rawlog import RawLogWriter
 from llmload.core.transport import TransportError
 from llmload.core.wire import WireError
-from llmload.loadgen.budget import Budget, Ticket
-from llmload.loadgen.live import LiveBoard, finite
+from llmload.loadgen.budget import Block, Budget, Ticket, TicketPool
+from llmload.loadgen.cluster import (MSG_ASK, MSG_FAILED, MSG_GRANT, MSG_MERGED, MSG_MORE, MSG_REFUSED, MSG_STOP,
+                                     REPORT_KEY, Cluster, code_version, fingerprint, mismatch, shard_folder,
+                                     shard_path)
+from llmload.loadgen.live import LiveBoard
+from llmload.loadgen.monitor import ResourceMonitor
 from llmload.loadgen.options import LoadSettings, SettingsError, add_arguments, strict_parsing
+from llmload.loadgen.outputs import (end_line, stop_locust_csv_writer, summary_data, write_final_csv, write_json)
+from llmload.loadgen.rows import LocustRows
 from llmload.loadgen.schedule import Schedule
+from llmload.loadgen.sink import ResultSink
 
 log = logging.getLogger("llmload")
 
-METRIC_TYPE = "METRIC"
-SLO_MISSED = "missed the SLO"
-MSG_TICKET = "llmload_ticket"
-MSG_TICKET_REPLY = "llmload_ticket_reply"
-MSG_RESULT = "llmload_result"
 TICKET_WAIT_S = 60.0
 #: The dispatch lag (p99 over the last seconds) past which the load generator says it fell behind.
 LAG_WARN_MS = 5.0
 #: A run in which nothing answered for this long from its first request stops with one line.
 NO_SERVER_S = 10.0
-LOST = "lost"
-
-
-class RequestFailure(Exception):
-    """A failed request as Locust records it; ``repr`` is the bare message, as Locust prints errors with repr."""
-
-    def __repr__(self) -> str:
-        return str(self.args[0]) if self.args else "request failed"
-
-
-def request_row_name(task: str, path: str) -> str:
-    """Name of the request row of ``task`` (request type ``POST``)."""
-    return f"{task} {path}"
-
-
-def metric_row_name(task: str, title: str) -> str:
-    """Name of a ``METRIC`` row: ``chat TTFT``."""
-    return f"{task} {title}"
+#: Seconds the master waits, when a run stops, for every worker's last report.
+FINAL_WAIT_S = 15.0
+#: The attribute of Locust's options that carries the run (its id, the shard folder) to the workers.
+RUN_OPTION = "llmload_run"
 
 
 class LoadPlugin:
-    """The state of one Locust environment: settings, prompts, model, tickets, live figures, raw log."""
+    """The state of one Locust environment: settings, prompts, model, tickets, results, live figures."""
 
     def __init__(self, environment):
         self.environment = environment
         self.settings = LoadSettings.from_options(environment.parsed_options)
-        self.board = LiveBoard()
-        self.raw_log: RawLogWriter | None = None
+        self.started_with = self.settings  # a worker's own options, before the master's arrive
+        self.sink = ResultSink(None, None)
         self.budget: Budget | None = None
-        self.completed = 0  # results that count toward --requests (warm-up included, lost ones not)
+        self.pool = TicketPool()
+        self.cluster: Cluster | None = None
+        self.run = ""
+        self.monitor = ResourceMonitor()
         self.finishing = False
         self.lag_warned = False
         self.no_server_said = False
         self.stop_signalled = False
+        self.failed = ""
+        self.verified: set[str] = set()
+        self.refused: set[str] = set()
+        self._fingerprint: dict | None = None
+        self._final_for: str | None = None
+        self._final_sent = False
+        self._drained = False
+        self._told_exhausted = False
+        self._returned = 0  # tickets a worker gave back since its last report
+        self._arrival = AsyncResult()
         self._model = AsyncResult()
         self._model_lookup: gevent.Greenlet | None = None
         self._prompts: dict[Path, list[PromptRecord]] = {}
         self._cursors: dict[str, itertools.count] = {}
-        self._pending: dict[str, AsyncResult] = {}
-        self._monitor = None
         self._greenlets: list[gevent.Greenlet] = []
         self._registered = False
-        self._first_result_at: float | None = None
-        self._successes = 0
 
-    # ------------------------------------------------------------------ roles
+    # ------------------------------------------------------------------ roles and parts
 
     @property
     def runner(self):
@@ -134,6 +123,27 @@ class LoadPlugin:
     def node_name(self) -> str:
         """The worker's Locust client id ('' when standalone)."""
         return getattr(self.runner, "client_id", "") if self.is_worker else ""
+
+    @property
+    def board(self) -> LiveBoard:
+        return self.sink.board
+
+    @property
+    def raw_log(self) -> RawLogWriter | None:
+        return self.sink.raw_log
+
+    @property
+    def fingerprint(self) -> dict:
+        if self._fingerprint is None:
+            self._fingerprint = fingerprint(self.started_with, self.tasks(), code_version())
+        return self._fingerprint
+
+    def user_classes(self) -> list:
+        return list(self.environment.user_classes or [])
+
+    def tasks(self) -> list[str]:
+        """The tasks of the selected user classes."""
+        return sorted({c.task_name for c in self.user_classes() if getattr(c, "task_name", "")})
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -157,76 +167,102 @@ class LoadPlugin:
 
             install(self.environment, self)
 
-    def user_classes(self) -> list:
-        return list(self.environment.user_classes or [])
-
-    def tasks(self) -> list[str]:
-        """The tasks of the selected user classes."""
-        return sorted({c.task_name for c in self.user_classes() if getattr(c, "task_name", "")})
-
     def register_messages(self) -> None:
         if self._registered or self.runner is None:
             return
+        handlers = {}
         if self.is_worker:
-            self.runner.register_message(MSG_TICKET_REPLY, self._on_ticket_reply)
+            handlers = {MSG_GRANT: self._on_grant, MSG_MORE: self._on_more, MSG_STOP: self._on_stop,
+                        MSG_MERGED: self._on_merged, MSG_REFUSED: self._on_refused}
         elif self.is_master:
-            self.runner.register_message(MSG_TICKET, self._on_ticket)
-            self.runner.register_message(MSG_RESULT, self._on_result)
+            handlers = {MSG_ASK: self._on_ask, MSG_FAILED: self._on_failed}
+        for kind, handler in handlers.items():
+            self.runner.register_message(kind, handler)
         self._registered = True
 
     def on_test_start(self) -> None:
         # Workers get the master's options just before test_start: read them again.
         self.settings = LoadSettings.from_options(self.environment.parsed_options)
-        self.completed, self.finishing, self.lag_warned, self.no_server_said = 0, False, False, False
-        self._first_result_at, self._successes = None, 0
+        self.finishing, self.lag_warned, self.no_server_said = False, False, False
+        self._final_for, self._final_sent, self._drained, self._told_exhausted = None, False, False, False
+        self._returned = 0
         # SIGTERM and Ctrl-C: one orderly stop (Locust's own SIGTERM handler exits twice and prints a
         # SystemExit traceback; a KeyboardInterrupt lands in whichever user greenlet is running).
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, self._on_stop_signal)
+        self.pool = TicketPool()
         if self.is_worker:
-            return
-        self.board = LiveBoard()
-        schedule = Schedule(self.settings.rate, self.settings.arrival_law, self.settings.burstiness,
-                            self.settings.seed) if self.settings.open_loop else None
-        self.budget = Budget(self.settings.requests, self.settings.warmup, schedule)
-        path = self.settings.raw_log_path or self._web_ui_raw_log()
-        if path is not None:
-            if self.raw_log is not None:
-                self.raw_log.close()
-            self.raw_log = RawLogWriter(path)
-        self.start_monitor()
+            self._start_worker()
+        else:
+            self._start_lead()
         self._spawn(self._tick)
+
+    def _start_lead(self) -> None:
+        """Standalone or master: the budget, the run's raw log, the board, the monitor."""
+        settings = self.settings
+        schedule = Schedule(settings.rate, settings.arrival_law, settings.burstiness,
+                            settings.seed) if settings.open_loop else None
+        self.budget = Budget(settings.requests, settings.warmup, schedule) if self.needs_tickets else None
+        if self.raw_log is not None:
+            self.raw_log.close()
+        path = settings.raw_log_path or self._web_ui_raw_log()
+        self.sink = ResultSink(settings.slo, RawLogWriter(path) if path is not None else None,
+                               LocustRows(self.environment, settings))
+        if self.is_master:
+            self.run = uuid.uuid4().hex[:12]
+            self.cluster = Cluster(self.run, self.sink, self.budget)
+            folder = shard_folder(path) if path is not None else None
+            setattr(self.environment.parsed_options, RUN_OPTION,
+                    {"id": self.run, "shards": str(folder) if folder else None})
+            self.board.complete_until = self.cluster.started
+        self.monitor.start(settings)
+
+    def _start_worker(self) -> None:
+        """A worker: this run's id and shard, from the master's options."""
+        run = getattr(self.environment.parsed_options, RUN_OPTION, None) or {}
+        self.run = run.get("id", "")
+        if self.raw_log is not None:
+            self.raw_log.close()
+        self.sink = ResultSink(self.settings.slo, None, LocustRows(self.environment, self.settings), delta=True)
+        if run.get("shards"):
+            path = shard_path(Path(run["shards"]), self.runner.worker_index, self.node_name)
+            try:
+                self.sink.raw_log = RawLogWriter(path, keep=True)
+            except OSError as exc:
+                self.fail(f"cannot write the raw-log shard {path}: {exc.strerror or exc}")
 
     def on_test_stop(self) -> None:
         for greenlet in self._greenlets:
             greenlet.kill(block=False)
         self._greenlets = []
         if self.is_worker:
+            self.send_final(self.run)
             return
+        if self.is_master:
+            self._gather_finals()
         if self.raw_log is not None:
             self.raw_log.flush()
-        self.stop_monitor()
+        self.monitor.stop()
         self.write_summary()
         self._check_no_server(at_stop=True)
 
     def on_quit(self) -> None:
         if self.is_worker:
             return
-        self.stop_monitor()
+        self.monitor.stop()
         if getattr(self.environment.parsed_options, "html_file", None):
             from llmload.loadgen.webui import write_html_extras  # flask: only for --html
 
             write_html_extras(self.environment, self)
         if self.settings.csv_prefix:
             stop_locust_csv_writer()
-            self.write_final_csv()
-        summary = self.board.total()
+            write_final_csv(self.environment, self.settings.csv_prefix)
         path = self.raw_log.path if self.raw_log is not None else None
         if self.raw_log is not None:
             self.raw_log.close()
-        if summary.requests:
-            log.info("llmload: " + summary.line() + cost_text(cost_figures(self.settings.price_per_hour, summary))
-                     + self._unreachable_text() + (f"; raw log {path}" if path else ""))
+            self._remove_empty_shard_folder(path)
+        if self.board.total().requests:
+            log.info(end_line(self.board, path, self.settings.price_per_hour))
         self._warn_if_behind(final=True)
 
     def _web_ui_raw_log(self) -> Path | None:
@@ -260,16 +296,41 @@ class LoadPlugin:
         self._greenlets.append(gevent.spawn(function, *args))
 
     def _tick(self) -> None:
-        """Once a second: flush the raw log, keep a point of history, watch for lost workers and lag."""
+        """Once a second: flush the raw log (or shard), watch the workers, keep a point of history, warn."""
         while True:
             gevent.sleep(1.0)
-            if self.raw_log is not None:
-                self.raw_log.flush()
-            self.board.snapshot(users=getattr(self.runner, "user_count", 0))
+            try:
+                if self.raw_log is not None and not self.raw_log.closed:
+                    self.raw_log.flush()
+            except OSError as exc:
+                self.fail(f"cannot write the raw log {self.raw_log.path}: {exc.strerror or exc}")
+                return
+            if self.is_worker:
+                self._give_back_if_idle()
+                continue
             if self.is_master:
-                self._return_lost_tickets()
+                self._check_members()
+                self.board.complete_until = self.cluster.complete_until(self._running_nodes())
+            self.board.snapshot(users=getattr(self.runner, "user_count", 0))
             self._warn_if_behind()
             self._check_no_server()
+
+    def fail(self, reason: str) -> None:
+        """This process cannot go on (its raw log or shard cannot be written): one line, exit code 2; a worker
+        tells the master first, which names it and gives its tickets to the others."""
+        if self.failed:
+            return
+        self.failed = reason
+        sys.stderr.write(f"error: {reason}\n")
+        self.environment.process_exit_code = 2
+        gevent.spawn(self._stop_failed)
+
+    def _stop_failed(self) -> None:
+        if self.is_worker:
+            self.runner.stop()  # its last report goes out (test_stop), with what it measured
+            self.send_final(self.run)
+            self.runner.send_message(MSG_FAILED, {"run": self.run, "reason": self.failed})
+        self._quit_all()
 
     # ------------------------------------------------------------------ prompts and model
 
@@ -324,120 +385,270 @@ class LoadPlugin:
         return bool(s.requests or s.warmup or s.open_loop)
 
     def acquire(self, scheduled: bool = True) -> Ticket | None:
-        """A ticket for one request, or None once ``--requests`` is used up (``scheduled``: see Budget.take)."""
+        """A ticket for one request, or None while there is none to be had (``--requests`` used up).
+
+        ``scheduled=False``: a follow-up turn (see :meth:`Budget.grant`).
+        """
         if not self.needs_tickets:
+            self.sink.started()
             return Ticket(-1)
-        if not self.is_worker:
-            return self.budget.take("", scheduled) if self.budget is not None else None
-        ask = uuid.uuid4().hex
-        answer = AsyncResult()
-        self._pending[ask] = answer
-        try:
-            self.runner.send_message(MSG_TICKET, {"ask": ask, "scheduled": scheduled})
-            data = answer.get(timeout=TICKET_WAIT_S)
-            return Ticket(**data) if data else None
-        except gevent.Timeout:
-            log.warning(f"llmload: no answer from the master about the request budget in {TICKET_WAIT_S:.0f} s")
-            return None
-        finally:
-            self._pending.pop(ask, None)
+        deadline = time.monotonic() + TICKET_WAIT_S
+        while True:
+            ticket = self.pool.take(scheduled)
+            if ticket is not None:
+                self.sink.started(ticket.intended_start)
+                self._ask(scheduled)  # the next block, before this one runs out
+                return ticket
+            if self.pool.exhausted:
+                return None
+            arrival = self._arrival
+            self._ask(scheduled)
+            if self.pool.asking[scheduled]:  # a worker: wait for the master's answer
+                try:
+                    arrival.get(timeout=max(deadline - time.monotonic(), 0.0))
+                except gevent.Timeout:
+                    log.warning(f"llmload: no answer from the master about the request budget in "
+                                f"{TICKET_WAIT_S:.0f} s")
+                    self.pool.asking[scheduled] = False
+                    return None
 
-    def _on_ticket(self, environment, msg, **_kw) -> None:
-        scheduled = msg.data.get("scheduled", True)
-        ticket = self.budget.take(msg.node_id, scheduled) if self.budget is not None else None
-        self.runner.send_message(MSG_TICKET_REPLY, {"ask": msg.data["ask"],
-                                                    "ticket": ticket.to_dict() if ticket else None},
-                                 client_id=msg.node_id)
-
-    def _on_ticket_reply(self, environment, msg, **_kw) -> None:
-        answer = self._pending.get(msg.data["ask"])
-        if answer is not None:
-            answer.set(msg.data["ticket"])
-
-    def _return_lost_tickets(self) -> None:
-        """Workers that went missing: record their requests in flight as lost and give their tickets back."""
-        if self.budget is None:
+    def _ask(self, scheduled: bool) -> None:
+        """Ask for the next block when the pool wants one: from the master, or from this process's budget."""
+        users = getattr(self.runner, "user_count", 1)
+        count = self.pool.want(users, scheduled)
+        if not count:
             return
-        clients = self.runner.clients
-        for node in [n for n in self.budget.held if n]:
-            worker = clients.get(node)
-            if worker is not None and worker.state != STATE_MISSING:
-                continue
-            count = self.budget.lose(node)
-            if not count:
-                continue
-            log.warning(f"llmload: worker {node} was lost with {count} request(s) in flight: recorded as lost, "
-                        "their tickets returned to the other workers")
-            for _ in range(count):
-                self.collect(RequestResult(
-                    request_id=uuid.uuid4().hex, task=",".join(self.tasks()) or "?", api=self.settings.api,
-                    mode=self.settings.mode, start_time=time.time(), end_offset=0.0, success=False,
-                    error=f"lost: worker {node} disappeared before its answer arrived", worker=node,
-                    flags=[LOST]), node=None)
+        if self.is_worker:
+            self.pool.asked(scheduled)
+            shard = str(self.raw_log.path.resolve()) if self.raw_log is not None else None
+            self.runner.send_message(MSG_ASK, {"run": self.run, "count": count, "scheduled": scheduled,
+                                               "users": users, "shard": shard})
+        elif self.budget is not None:
+            self.pool.add(self.budget.grant("", count, scheduled))
+
+    def _on_grant(self, environment, msg, **_kw) -> None:
+        if msg.data.get("run") != self.run:
+            return
+        self.pool.add(Block.from_wire(msg.data))
+        arrival, self._arrival = self._arrival, AsyncResult()
+        arrival.set(True)
+        self._report_if_drained()
+
+    def _on_more(self, environment, msg, **_kw) -> None:
+        if msg.data.get("run") == self.run:
+            self.pool.exhausted = False
+            self._drained = False
+
+    def _on_ask(self, environment, msg, **_kw) -> None:
+        node, data = msg.node_id, msg.data
+        scheduled = bool(data.get("scheduled", True))
+        if data.get("run") != self.run or self.budget is None or node not in self.verified or \
+                (node in self.cluster.members and self.cluster.members[node].gone):
+            block = Block(0 if scheduled else -1, 0, exhausted=True)
+        else:
+            self.cluster.asked(node, data)
+            block = self.budget.grant(node, int(data.get("count", 1)), scheduled, len(self._running_nodes()))
+            self._told_exhausted = self._told_exhausted or block.exhausted
+        self.runner.send_message(MSG_GRANT, {"run": self.run, **block.to_wire()}, client_id=node)
+
+    def _tell_if_more(self) -> None:
+        """Tickets came back (a lost worker's, an idle one's) after the workers heard there were none: say so."""
+        if self._told_exhausted and self.budget is not None and not self.budget.exhausted:
+            self._told_exhausted = False
+            self.runner.send_message(MSG_MORE, {"run": self.run})
+
+    def _give_back_if_idle(self) -> None:
+        """A worker whose users are all gone (a load shape stepping down) returns the tickets in its hands."""
+        if self.needs_tickets and getattr(self.runner, "user_count", 0) == 0 and self.pool.tickets:
+            self._returned += self.pool.give_back()
 
     # ------------------------------------------------------------------ results
 
-    def report(self, result: RequestResult) -> None:
-        """A user's result: sent to the master from a worker, collected here otherwise."""
+    def report(self, result) -> None:
+        """A user's result: counted here, where it was measured."""
+        try:
+            self.sink.collect(result)
+        except OSError as exc:
+            self.fail(f"cannot write the raw log {self.raw_log.path}: {exc.strerror or exc}")
+            return
         if self.is_worker:
-            self.runner.send_message(MSG_RESULT, result.__dict__)
+            self._report_if_drained()
         else:
-            self.collect(result, node="")
+            self._check_requests_done(self.sink.done)
 
-    def _on_result(self, environment, msg, **_kw) -> None:
-        self.collect(RequestResult.from_dict(msg.data), node=msg.node_id)
+    def _report_if_drained(self) -> None:
+        """A worker with nothing left to do (budget used up, nothing in flight) reports at once, so that the master
+        can end the run by ``--requests`` without waiting for the next report."""
+        if self.pool.exhausted and not self.pool.tickets and not self.sink.in_flight and not self._drained:
+            self._drained = True
+            self._send_report()
 
-    def collect(self, result: RequestResult, node: str | None) -> None:
-        """Count one result everywhere (raw log, live figures, Locust's stats); stop once ``--requests`` are in.
+    def _send_report(self) -> None:
+        """A Locust worker report now (Locust's stats and the suite's part, cut at one moment)."""
+        data: dict = {}
+        self.environment.events.report_to_master.fire(client_id=self.node_name, data=data)
+        self.runner.send_message("stats", data)
 
-        ``node`` is the worker whose ticket it used ('' standalone; None for a lost request, whose ticket was
-        already returned).
-        """
-        metrics = request_metrics(result)
-        if self.settings.slo is not None:
-            result.slo_ok = self.settings.slo.met(result, metrics)
-        if self.raw_log is not None:
-            self.raw_log.write(result)
-        self.board.add(result, metrics)
-        if not result.warmup:
-            self._log_stats(result, metrics)
-        if result.success:
-            self._successes += 1
-        elif self._first_result_at is None:
-            self._first_result_at = time.time()
-        if node is None:
+    def send_final(self, run: str) -> None:
+        """The worker's last report of ``run`` (everything it counted, its shard closed)."""
+        if self._final_sent and run == self.run:
             return
-        if self.budget is not None and self.needs_tickets:
-            self.budget.done(node)
-        self.completed += 1
-        if self.settings.requests and self.completed >= self.settings.requests and not self.finishing:
+        if run == self.run:
+            self._final_sent = True
+            if self.raw_log is not None and not self.raw_log.closed:
+                try:
+                    self.raw_log.close()
+                except OSError as exc:  # its bytes go in the report anyway
+                    log.error(f"llmload: cannot flush the raw-log shard {self.raw_log.path}: {exc}")
+        self._final_for = run
+        try:
+            self._send_report()
+        finally:
+            self._final_for = None
+
+    def worker_part(self) -> dict:
+        """The suite's part of this worker's Locust report (see :mod:`llmload.loadgen.cluster`)."""
+        part: dict = {"fp": self.fingerprint, "run": self._final_for or self.run}
+        if self.run and part["run"] == self.run and not (self._final_sent and self._final_for is None):
+            part["cut"] = self.sink.cut(self.pool.taken, getattr(self.runner, "user_count", 0)).to_wire()
+            returned, self._returned = self._returned, 0
+            if returned:
+                part["returned"] = returned
+        if self._final_for is not None:
+            part["final"] = True
+        return part
+
+    def on_worker_report(self, node: str, data: dict) -> None:
+        """The master: check a worker once, then merge the suite's part of each of its reports."""
+        part = data.get(REPORT_KEY)
+        if node in self.refused:
+            _drop_locust_part(data, self.environment)
+            return
+        if node not in self.verified:
+            reason = mismatch(fingerprint(self.settings, self.tasks(), self.fingerprint["code"]),
+                              part.get("fp") if isinstance(part, dict) else None)
+            if reason:
+                self._refuse(node, reason)
+                _drop_locust_part(data, self.environment)
+                return
+            self.verified.add(node)
+        if self.cluster is None or not isinstance(part, dict) or part.get("run") != self.run:
+            return
+        member = self.cluster.members.get(node)
+        if member is not None and member.gone:
+            _drop_locust_part(data, self.environment)  # what it measured after it was declared lost stays out
+            return
+        member = self.cluster.report(node, part)
+        if member is None:
+            return
+        if part.get("returned") and self.budget is not None:
+            self.budget.give_back(node, part["returned"])
+            self._tell_if_more()
+        if part.get("final") and member.shard:
+            if self.raw_log is not None:
+                self.raw_log.flush()
+            self.runner.send_message(MSG_MERGED, {"run": self.run, "offset": member.offset}, client_id=node)
+        self._check_requests_done(self.cluster.completed)
+
+    def _refuse(self, node: str, reason: str) -> None:
+        """One line, and the worker is told why and to quit; it gets no users."""
+        self.refused.add(node)
+        log.error(f"llmload: refused worker {node}: {reason}")
+        self.runner.send_message(MSG_REFUSED, {"reason": reason}, client_id=node)
+        self.runner.send_message("quit", None, client_id=node)
+        client = self.runner.clients.get(node)
+        if client is not None:
+            dispatcher = getattr(self.runner, "_users_dispatcher", None)
+            if dispatcher is not None:
+                dispatcher.remove_worker(client)
+            del self.runner.clients[node]
+
+    def _on_refused(self, environment, msg, **_kw) -> None:
+        sys.stderr.write(f"error: the master refused this worker: {msg.data.get('reason')}\n")
+        self.environment.process_exit_code = 2
+        self.failed = "refused"
+
+    def _on_stop(self, environment, msg, **_kw) -> None:
+        """The master is ending the run: stop the users (their test_stop sends the last report), or just report."""
+        run = msg.data.get("run", "")
+        if run == self.run and not self._final_sent:
+            self.runner.stop()
+        self.send_final(run)
+
+    def _on_merged(self, environment, msg, **_kw) -> None:
+        """The master holds this worker's whole shard: delete it (and its folder, once empty)."""
+        raw = self.raw_log
+        if msg.data.get("run") != self.run or raw is None or msg.data.get("offset") != raw.size:
+            return
+        raw.close()
+        try:
+            raw.path.unlink()
+            raw.path.parent.rmdir()
+        except OSError:
+            pass  # another worker's shard is still there, or it is already gone
+
+    def _on_failed(self, environment, msg, **_kw) -> None:
+        node, reason = msg.node_id, msg.data.get("reason", "")
+        log.error(f"llmload: worker {node} stopped: {reason}")
+        self.environment.process_exit_code = 1
+        if self.cluster is not None and msg.data.get("run") == self.run:
+            self._retire(node, "failed")
+
+    def _running_nodes(self) -> list[str]:
+        """Workers with users (or starting them) that are not missing."""
+        clients = getattr(self.runner, "clients", {})
+        return [node for node, c in clients.items() if c.state in (STATE_RUNNING, STATE_SPAWNING)] or \
+            [node for node, c in clients.items() if c.state != STATE_MISSING]
+
+    def _check_members(self) -> None:
+        """Workers of this run that went missing (or left) without their last report: retire them."""
+        clients = self.runner.clients
+        nodes = set(self.cluster.members) | {n for n, held in (self.budget.held if self.budget else {}).items()
+                                             if held}
+        for node in sorted(nodes):
+            member = self.cluster.member(node)
+            client = clients.get(node)
+            if member.active and (client is None or client.state == STATE_MISSING):
+                self._retire(node, "lost")
+
+    def _retire(self, node: str, why: str) -> None:
+        retired = self.cluster.retire(node, why, self.settings.api, self.settings.mode, self.tasks())
+        if why == "lost":
+            log.warning(f"llmload: worker {node} was lost with {retired.lost} request(s) in flight: recorded as "
+                        "lost, their tickets returned to the other workers"
+                        + (f"; {retired.shard_note}" if retired.shard_note else ""))
+        elif retired.lost or retired.shard_note:
+            log.warning(f"llmload: worker {node}'s {retired.lost} request(s) in flight recorded as lost"
+                        + (f"; {retired.shard_note}" if retired.shard_note else ""))
+        self._tell_if_more()
+        self._check_requests_done(self.cluster.completed)
+
+    def _gather_finals(self) -> None:
+        """The master, as a run stops: ask every worker still there for its last report and wait for them all
+        (Locust's own quit waits only 0.5 s for the workers' last stats)."""
+        if self.cluster is None:
+            return
+        clients = self.runner.clients
+        waiting = []
+        for node, client in clients.items():
+            member = self.cluster.members.get(node)
+            if client.state != STATE_MISSING and node not in self.refused and (member is None or member.active):
+                self.runner.send_message(MSG_STOP, {"run": self.run}, client_id=node)
+                waiting.append(node)
+        deadline = time.monotonic() + FINAL_WAIT_S
+        while time.monotonic() < deadline:
+            pending = [n for n in waiting if n in clients and clients[n].state != STATE_MISSING
+                       and self.cluster.member(n).active]
+            if not pending:
+                break
+            gevent.sleep(0.05)
+        self._check_members()
+        self.board.complete_until = None  # every worker's last report is in (or it was retired)
+
+    def _check_requests_done(self, completed: int) -> None:
+        if self.settings.requests and completed >= self.settings.requests and not self.finishing:
             self.finishing = True
-            gevent.spawn(self._finish, f"{self.completed} requests done (--requests {self.settings.requests})")
-
-    def _log_stats(self, result: RequestResult, metrics: RequestMetrics) -> None:
-        stats = self.environment.stats
-        self.environment.events.request.fire(
-            request_type="POST", name=request_row_name(result.task, self.settings.params.path),
-            response_time=(metrics.e2e if result.success else result.end_offset) * 1000.0,
-            response_length=metrics.output_tokens, exception=None if result.success else RequestFailure(result.error),
-            context={}, start_time=result.start_time, url="", response=None)
-        if not result.success:
-            return
-        for metric in METRICS:
-            if metric.locust_row:
-                value = metric.value(metrics)
-                if value is not None:
-                    stats.get(metric_row_name(result.task, metric.title), METRIC_TYPE).log(
-                        value * metric.scale, metrics.output_tokens)
-        if result.slo_ok is not None:
-            entry = stats.get(metric_row_name(result.task, f"SLO {self.settings.slo.describe()}"), METRIC_TYPE)
-            entry.log(metrics.e2e * 1000.0, metrics.output_tokens)
-            if not result.slo_ok:
-                # a failure of the row, and one line of Locust's error table (which sets the exit code),
-                # not of the Aggregated row, which counts real requests only
-                entry.log_error(None)
-                key = StatsError.create_key(METRIC_TYPE, entry.name, SLO_MISSED)
-                stats.errors.setdefault(key, StatsError(METRIC_TYPE, entry.name, SLO_MISSED)).occurred()
+            gevent.spawn(self._finish, f"{completed} requests done (--requests {self.settings.requests})")
 
     def _finish(self, why: str) -> None:
         options = self.environment.parsed_options
@@ -467,23 +678,19 @@ class LoadPlugin:
         if lag is None or lag <= LAG_WARN_MS:
             return
         self.lag_warned = True
-        late = self.budget.late if self.budget is not None else 0
         users = getattr(self.environment.parsed_options, "num_users", None)
         log.warning(f"llmload: warning: the load generator fell behind its schedule: dispatch lag p99 {lag:.1f} ms "
-                    f"{where}; {late} request(s) were due while all {users} users (-u) were busy: raise -u, or "
-                    "add workers if the client's CPU is saturated")
-
-    def _unreachable_text(self) -> str:
-        down = self.board.unreachable_so_far()
-        return f"; the server was unreachable for {down:.1f} s" if down >= 0.05 else ""
+                    f"{where}; {self.board.counts.late} request(s) were due while all {users} users (-u) were busy: "
+                    "raise -u, or add workers if the client's CPU is saturated")
 
     def _check_no_server(self, at_stop: bool = False) -> None:
         """One line saying what to do when the server refused every request; stop the run after NO_SERVER_S."""
-        if self.no_server_said or self._successes or self._first_result_at is None:
+        counts = self.board.counts
+        if self.no_server_said or counts.successes or counts.first_failure is None:
             return
         if self.board.unreachable_so_far() <= 0:
             return  # failures of another kind: the server is there
-        if not at_stop and time.time() - self._first_result_at < NO_SERVER_S:
+        if not at_stop and time.time() - counts.first_failure < NO_SERVER_S:
             return
         self.no_server_said = True
         log.error(f"error: no server answered at {self.environment.host or 'the host'} (connection refused): start "
@@ -497,74 +704,27 @@ class LoadPlugin:
         path = self.settings.summary_path
         if path is None:
             return None
-        total = self.board.total()
-        data = {"summary": {k: finite(v) if isinstance(v, float) else v for k, v in total.flat().items()},
-                "per_task": {task: {k: finite(v) if isinstance(v, float) else v for k, v in s.flat().items()}
-                             for task, s in self.board.summaries().items()},
-                "line": total.line(), "exact": False, "unreachable_s": round(self.board.unreachable_so_far(), 3),
-                "late_requests": self.budget.late if self.budget is not None else 0,
-                "lag_warning": self.lag_warned, "cost": cost_figures(self.settings.price_per_hour, total),
-                "settings": {"mode": self.settings.mode, "api": self.settings.api, "rate": self.settings.rate,
-                             "arrival": self.settings.arrival_law if self.settings.open_loop else None,
-                             "requests": self.settings.requests, "warmup": self.settings.warmup,
-                             "slo": self.settings.slo.to_dict() if self.settings.slo else None,
-                             "users": getattr(self.environment.parsed_options, "num_users", None)},
-                "raw_log": str(self.raw_log.path) if self.raw_log is not None else None}
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-        tmp.replace(path)
-        return path
+        workers = None
+        if self.cluster is not None:
+            workers = [{"worker": m.node, "results": m.done, "left": m.gone or None}
+                       for m in sorted(self.cluster.members.values(), key=lambda m: m.node)]
+        data = summary_data(self.board, self.settings, getattr(self.environment.parsed_options, "num_users", None),
+                            self.lag_warned, self.raw_log.path if self.raw_log is not None else None, workers)
+        return write_json(path, data)
 
-    def write_final_csv(self) -> None:
-        """Rewrite Locust's ``*_stats.csv`` and ``*_failures.csv`` from the final statistics (one row per name)."""
-        prefix = self.settings.csv_prefix
-        writer = StatsCSV(self.environment, PERCENTILES_TO_REPORT)
-        for suffix, write in (("_stats.csv", writer.requests_csv), ("_failures.csv", writer.failures_csv)):
-            path = Path(prefix + suffix)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(path.name + ".tmp")
-            with tmp.open("w", newline="") as handle:
-                write(csv.writer(handle))
-            os.replace(tmp, path)
-
-    # ------------------------------------------------------------------ resource monitor
-
-    def start_monitor(self) -> None:
-        if self.settings.monitor_pid is None or self._monitor is not None:
+    def _remove_empty_shard_folder(self, raw_log: Path | None) -> None:
+        if self.cluster is None or raw_log is None:
             return
         try:
-            from monitors.sampler import start_monitor  # psutil and a subprocess: only with --monitor-pid
-        except ImportError as exc:
-            log.error(f"llmload: --monitor-pid given but the resource monitor is not available ({exc}); "
-                      "running without it")
-            return
-        kwargs = {"metrics_url": self.settings.metrics_url} if self.settings.metrics_url else {}
-        try:
-            self._monitor = start_monitor(str(self.settings.monitor_path),
-                                          server_pid=self.settings.monitor_pid or None,
-                                          interval=self.settings.monitor_interval, **kwargs)
-        except Exception as exc:  # the load test goes on without resource figures
-            log.error(f"llmload: cannot start the resource monitor: {type(exc).__name__}: {exc}")
-
-    def stop_monitor(self) -> None:
-        monitor, self._monitor = self._monitor, None
-        if monitor is not None:
-            monitor.stop()
+            shard_folder(raw_log).rmdir()
+        except OSError:
+            pass  # not there (the workers deleted it), or a shard is left: the warnings above named it
 
 
-def stop_locust_csv_writer() -> None:
-    """Stop Locust's periodic CSV writer greenlet (a workaround for Locust 2.47).
-
-    Locust closes its CSV files at exit but leaves the writer greenlet running;
-    gevent's exit hook yields once more, and when the writer's 1 s timer is due
-    it writes to the closed files and prints a ValueError traceback. The final
-    CSVs are written by :meth:`LoadPlugin.write_final_csv` instead, so the
-    writer is stopped here, at ``quit``, while its files are still open.
-    """
-    for obj in gc.get_objects():
-        if isinstance(obj, gevent.Greenlet) and getattr(getattr(obj, "_run", None), "__name__", "") == "stats_writer":
-            obj.kill(block=True, timeout=1)
+def _drop_locust_part(data: dict, environment) -> None:
+    """Empty Locust's stats in a worker report the master does not take (this module's listener runs first)."""
+    data["stats"], data["errors"] = [], {}
+    data["stats_total"] = StatsEntry(environment.stats, "Aggregated", None).serialize()
 
 
 _PLUGINS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -605,6 +765,20 @@ def _on_test_start(environment, **_kw) -> None:
 @locust.events.test_stop.add_listener
 def _on_test_stop(environment, **_kw) -> None:
     plugin_for(environment).on_test_stop()
+
+
+@locust.events.report_to_master.add_listener
+def _on_report_to_master(client_id, data, **_kw) -> None:
+    for plugin in list(_PLUGINS.values()):
+        if plugin.is_worker:
+            data[REPORT_KEY] = plugin.worker_part()
+
+
+@locust.events.worker_report.add_listener
+def _on_worker_report(client_id, data, **_kw) -> None:
+    for plugin in list(_PLUGINS.values()):
+        if plugin.is_master:
+            plugin.on_worker_report(client_id, data)
 
 
 @locust.events.quit.add_listener

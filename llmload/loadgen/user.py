@@ -11,8 +11,8 @@ Open loop (``--rate R``): each free user takes the next ticket, waits until its
 intended start and sends it, so requests go out on the schedule whatever the
 server does, and ``-u`` bounds how many are in flight. Requests go out through
 the user's ``FastHttpUser`` connection pool and are read by
-:mod:`llmload.core.transport` line by line; results go to
-:mod:`llmload.loadgen.plugin`. A refused or reset connection makes the user
+:mod:`llmload.core.transport` line by line; results are counted by the
+plugin's sink (:mod:`llmload.loadgen.sink`) in this process. A refused or reset connection makes the user
 back off (doubling up to :data:`BACKOFF_MAX_S`) before it tries again.
 
 :class:`ConversationUser` plays multi-turn conversations (records with
@@ -22,7 +22,6 @@ assistant turns being the server's own earlier answers.
 
 from __future__ import annotations
 
-import logging
 import time
 
 import gevent
@@ -36,10 +35,9 @@ from llmload.loadgen.budget import Ticket
 from llmload.loadgen.plugin import plugin_for
 from llmload.tasks.generated import conversation_messages
 
-log = logging.getLogger("llmload")
-
-#: Seconds an idle user waits once ``--requests`` is used up (the run stops long before).
-IDLE_WAIT_S = 3600.0
+#: Seconds a user waits before it asks again once ``--requests`` is used up (a lost worker's tickets may come
+#: back; the run usually stops first).
+EXHAUSTED_WAIT_S = 0.5
 BACKOFF_FIRST_S = 0.05
 BACKOFF_MAX_S = 1.0
 
@@ -65,22 +63,23 @@ class LLMUser(FastHttpUser):
         self.backoff = 0.0
 
     def wait_time(self) -> float:
-        """No think time; once the budget is used up, wait (Locust stops waiting users at once)."""
-        return IDLE_WAIT_S if self.exhausted else 0.0
+        """No think time; once the budget is used up, wait a little (Locust stops waiting users at once)."""
+        return EXHAUSTED_WAIT_S if self.exhausted else 0.0
 
     @task
     def generate(self) -> None:
         """Take a ticket, wait until it is due (open loop), send the next prompt and report what came back."""
         ticket = self.plugin.acquire()
+        self.exhausted = ticket is None
         if ticket is None:
             # --requests used up. Not StopUser: Locust logs an error for every self-stopped user when the
             # run stops; a waiting user is simply stopped with the others.
-            self.exhausted = True
             return
         try:
             record = self.plugin.next_prompt(self.task_name)
         except DatasetError as exc:  # only on a worker: standalone and master check the file at start
-            log.error(f"llmload: {exc}")
+            self.plugin.sink.abandoned()
+            self.plugin.fail(str(exc))
             self.exhausted = True
             return
         if ticket.intended_start is not None:

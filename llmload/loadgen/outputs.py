@@ -1,0 +1,87 @@
+"""What a run leaves behind: ``<prefix>_summary.json``, Locust's final CSVs, and the end-of-run line.
+
+Everything here reads the live board (standalone, or the master's merged one),
+so it costs the same at 1 k and 10 M results.
+"""
+
+from __future__ import annotations
+
+import csv
+import gc
+import json
+import os
+from pathlib import Path
+
+import gevent
+
+from llmload.core.cost import cost_figures, cost_text
+from llmload.loadgen.live import LiveBoard, finite
+
+
+def _finite_values(flat: dict) -> dict:
+    return {k: finite(v) if isinstance(v, float) else v for k, v in flat.items()}
+
+
+def summary_data(board: LiveBoard, settings, users: int | None, lag_warned: bool, raw_log: Path | None,
+                 workers: list[dict] | None = None) -> dict:
+    """The run's figures as ``<prefix>_summary.json`` holds them, so scripts need not parse the summary line."""
+    total = board.total()
+    data = {"summary": _finite_values(total.flat()),
+            "per_task": {task: _finite_values(s.flat()) for task, s in board.summaries().items()},
+            "line": total.line(), "exact": False, "unreachable_s": round(board.unreachable_so_far(), 3),
+            "late_requests": board.counts.late, "lag_warning": lag_warned,
+            "cost": cost_figures(settings.price_per_hour, total),
+            "settings": {"mode": settings.mode, "api": settings.api, "rate": settings.rate,
+                         "arrival": settings.arrival_law if settings.open_loop else None,
+                         "requests": settings.requests, "warmup": settings.warmup,
+                         "slo": settings.slo.to_dict() if settings.slo else None, "users": users},
+            "raw_log": str(raw_log) if raw_log is not None else None}
+    if workers is not None:
+        data["workers"] = workers
+    return data
+
+
+def write_json(path: Path, data: dict) -> Path:
+    """Write ``data`` as indented JSON, replacing ``path`` in one step."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def end_line(board: LiveBoard, raw_log: Path | None, price_per_hour: float | None = None) -> str:
+    """The line the run ends with: the summary, its cost at ``price_per_hour``, how long the server was
+    unreachable, where the raw log is."""
+    total, down = board.total(), board.unreachable_so_far()
+    return ("llmload: " + total.line() + cost_text(cost_figures(price_per_hour, total))
+            + (f"; the server was unreachable for {down:.1f} s" if down >= 0.05 else "")
+            + (f"; raw log {raw_log}" if raw_log else ""))
+
+
+def write_final_csv(environment, prefix: str) -> None:
+    """Rewrite Locust's ``*_stats.csv`` and ``*_failures.csv`` from the final statistics (one row per name)."""
+    from locust.stats import PERCENTILES_TO_REPORT, StatsCSV  # Locust patches the process: only where it runs
+
+    writer = StatsCSV(environment, PERCENTILES_TO_REPORT)
+    for suffix, write in (("_stats.csv", writer.requests_csv), ("_failures.csv", writer.failures_csv)):
+        path = Path(prefix + suffix)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        with tmp.open("w", newline="") as handle:
+            write(csv.writer(handle))
+        os.replace(tmp, path)
+
+
+def stop_locust_csv_writer() -> None:
+    """Stop Locust's periodic CSV writer greenlet (a workaround for Locust 2.47).
+
+    Locust closes its CSV files at exit but leaves the writer greenlet running;
+    gevent's exit hook yields once more, and when the writer's 1 s timer is due
+    it writes to the closed files and prints a ValueError traceback. The final
+    CSVs are written by :func:`write_final_csv` instead, so the writer is
+    stopped here, at ``quit``, while its files are still open.
+    """
+    for obj in gc.get_objects():
+        if isinstance(obj, gevent.Greenlet) and getattr(getattr(obj, "_run", None), "__name__", "") == "stats_writer":
+            obj.kill(block=True, timeout=1)
