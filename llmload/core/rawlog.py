@@ -49,13 +49,13 @@ class RawLogWriter:
         if not data:
             return
         self._file.write(data)
+        self._dirty = True
+        if time.monotonic() - self._flushed >= self.flush_s:
+            self.flush()  # OSError (a full disk): these lines count nowhere, not even in take()
         if self.keep:
             self._kept.append(data)
         self.count += lines
         self.size += len(data)
-        self._dirty = True
-        if time.monotonic() - self._flushed >= self.flush_s:
-            self.flush()
 
     def take(self) -> tuple[int, bytes, int]:
         """``(offset, data, lines)``: what was written since the last take, and the byte offset it starts at."""
