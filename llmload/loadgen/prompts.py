@@ -1,0 +1,72 @@
+"""What each request sends: the next prompt record of a task, and the model (``--model`` or the server's first)."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import random
+from pathlib import Path
+
+import gevent
+from gevent.event import AsyncResult
+
+from llmload.core.records import PromptRecord, load_prompts
+from llmload.core.transport import TransportError
+from llmload.core.wire import WireError
+
+log = logging.getLogger("llmload")
+
+
+class Prompts:
+    """Each task's prompt file, read once, handed out in file order and cycling from ``start_index``'s place
+    (a worker's index: workers start at different places)."""
+
+    def __init__(self):
+        self._records: dict[Path, list[PromptRecord]] = {}
+        self._cursors: dict[str, itertools.count] = {}
+
+    def records(self, path: Path) -> list[PromptRecord]:
+        if path not in self._records:
+            self._records[path] = load_prompts(path)
+        return self._records[path]
+
+    def next(self, task: str, path: Path, start_index: int = 0) -> PromptRecord:
+        records = self.records(path)
+        if task not in self._cursors:
+            start = random.Random(start_index).randrange(len(records)) if start_index else 0
+            self._cursors[task] = itertools.count(start)
+        return records[next(self._cursors[task]) % len(records)]
+
+
+class ModelLookup:
+    """The server's first listed model, looked up once per process (every user waits for the same look-up; a
+    failed one is tried again by the next user)."""
+
+    def __init__(self):
+        self._model = AsyncResult()
+        self._lookup: gevent.Greenlet | None = None
+
+    def resolve(self, client, timeout: float) -> tuple[str, str, bool]:
+        """``(model, error, unreachable)`` within ``timeout`` seconds."""
+        if not self._model.ready() and self._lookup is None:
+            self._lookup = gevent.spawn(self._look_up, client, timeout)
+        try:
+            model = self._model.get(timeout=timeout + 1.0)
+        except gevent.Timeout:
+            return "", f"cannot find the model to use: /v1/models did not answer within {timeout:g} s (pass " \
+                       "--model to skip the look-up)", False
+        except (TransportError, WireError) as exc:
+            return "", f"cannot find the model to use: {exc} (pass --model to skip the look-up)", \
+                getattr(exc, "unreachable", False)
+        return model, "", False
+
+    def _look_up(self, client, timeout: float) -> None:
+        try:
+            model = client.list_first_model(timeout)
+        except (TransportError, WireError) as exc:
+            failed, self._model = self._model, AsyncResult()
+            self._lookup = None  # the next user tries again
+            failed.set_exception(exc)
+            return
+        log.info(f"llmload: using model {model!r} (the first listed at /v1/models)")
+        self._model.set(model)
