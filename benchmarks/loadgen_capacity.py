@@ -52,8 +52,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 from llmload.core.cliargs import choice_list, float_list, int_list, non_negative_float, positive_float, positive_int
 from llmload.core.metrics import RequestResult, percentile, summarize
@@ -75,6 +77,17 @@ PARTS = ("capacity", "accuracy", "rate")
 MODEL_NAME = "mock"
 #: How long one tool run may take before it is stopped and reported as failed (seconds).
 RUN_TIMEOUT_S = 600.0
+
+
+@contextmanager
+def work_folder(out: Path | None, prefix: str) -> Iterator[Path]:
+    """``out`` (created if need be), or a temporary folder removed at the end."""
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        yield out
+        return
+    with tempfile.TemporaryDirectory(prefix=prefix) as folder:
+        yield Path(folder)
 
 
 class BenchError(RuntimeError):
@@ -533,21 +546,12 @@ def main(argv: list[str] | None = None) -> int:
         except ModelNotAvailable as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-    temporary = None
-    if args.out is None:
-        temporary = tempfile.TemporaryDirectory(prefix="loadgen-bench-")
-        work = Path(temporary.name)
-    else:
-        work = args.out
-        work.mkdir(parents=True, exist_ok=True)
-    try:
-        measured = run_benchmark(args, work, tools, tokenizer)
-    except ServiceError as exc:
-        print(f"error: {str(exc).splitlines()[0]}", file=sys.stderr)
-        return 1
-    finally:
-        if temporary is not None:
-            temporary.cleanup()
+    with work_folder(args.out, "loadgen-bench-") as work:
+        try:
+            measured = run_benchmark(args, work, tools, tokenizer)
+        except ServiceError as exc:
+            print(f"error: {str(exc).splitlines()[0]}", file=sys.stderr)
+            return 1
     capacity = [m for m in measured if m.workload.part == "capacity"]
     accuracy = [m for m in measured if m.workload.part == "accuracy"]
     rates = [m for m in measured if m.workload.part == "rate"]

@@ -10,11 +10,12 @@ master-cost
     (``after``) and ``--baseline REF`` (``before``: a commit whose workers sent
     every result to the master and asked it for a ticket before every request;
     taken with ``git archive``). Each process's CPU seconds come from the
-    kernel (``os.wait4``). What one request costs is the difference between
-    the two runs divided by the difference in requests (start-up and shutdown
-    cancel out); the figure is the master's cost per request over the
-    worker's, the issue's goal being at most 5 %. The totals of the larger run
-    are printed beside it.
+    kernel: read when the master says all users are spawned, and at its exit
+    (``os.wait4``). What one request costs is the difference between the two
+    runs' CPU after the spawn, over the difference in requests (start-up and
+    shutdown cancel out); the figure is the master's cost per request over the
+    worker's, the issue's goal being at most 5 %. The totals of the larger run,
+    start-up included, are printed beside it.
 throughput
     The working tree with 1, 2 and 4 worker processes (``--workers``), 8 users
     each: the requests per second of the merged run (its summary), and each
@@ -34,10 +35,11 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+import psutil
 
 from llmload.core.cliargs import choice_list, int_list, positive_int
 from llmload.core.paths import REPO_ROOT
@@ -46,6 +48,8 @@ from llmload.core.services import ServiceError, free_port
 from llmload.core.tables import render
 from llmload.targets import Target, TargetSettings, start_target
 from llmload.targets.registry import get_kind
+
+from benchmarks.loadgen_capacity import work_folder
 
 PARTS = ("master-cost", "throughput")
 #: The last commit whose workers sent every result to the master (and asked it for every ticket).
@@ -56,6 +60,8 @@ USERS_PER_WORKER = 8
 RUN_TIMEOUT_S = 600.0
 #: The larger master-cost run sends this many times --requests.
 LARGE = 5
+#: What the master logs once every user is spawned (Locust's own line).
+SPAWNED = "All users spawned"
 
 
 class BenchError(RuntimeError):
@@ -69,8 +75,10 @@ class Run:
     version: str
     workers: int
     requests: int
-    master_cpu_s: float = 0.0
+    master_cpu_s: float = 0.0  # from start to exit
     workers_cpu_s: float = 0.0
+    master_spawned_cpu_s: float = 0.0  # by the time every user was spawned (start-up)
+    workers_spawned_cpu_s: float = 0.0
     wall_s: float = 0.0
     requests_per_s: float = 0.0
     measured: int = 0  # requests in the master's summary
@@ -114,6 +122,19 @@ def wait_cpu(proc: subprocess.Popen, timeout: float) -> tuple[int | None, float]
     return None, usage.ru_utime + usage.ru_stime
 
 
+def cpu_when_spawned(log: Path, procs: list[subprocess.Popen], timeout: float) -> list[float]:
+    """Each process's CPU seconds when the master's log says every user is spawned (zeros if it never does)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and procs[0].poll() is None:
+        if SPAWNED in log.read_text(errors="replace"):
+            try:
+                return [sum(psutil.Process(p.pid).cpu_times()[:2]) for p in procs]
+            except psutil.Error:
+                break
+        time.sleep(0.02)
+    return [0.0] * len(procs)
+
+
 def run_cluster(version: str, root: Path, url: str, workers: int, requests: int, tokens: int, prompts: Path,
                 work: Path) -> Run:
     """A headless master and ``workers`` workers of the code in ``root``, until ``requests`` are done."""
@@ -121,20 +142,21 @@ def run_cluster(version: str, root: Path, url: str, workers: int, requests: int,
     name = f"{version}-w{workers}-n{requests}"
     port, prefix = free_port(), work / name
     env = {**os.environ, "PYTHONPATH": str(root)}
-    locust = [sys.executable, "-m", "locust", "-f", str(root / "locustfiles" / "chat.py"), "-H", url,
-              "--loglevel", "WARNING"]
-    master_cmd = locust + ["--master", "--headless", "--only-summary", "--expect-workers", str(workers),
+    locust = [sys.executable, "-m", "locust", "-f", str(root / "locustfiles" / "chat.py"), "-H", url]
+    master_cmd = locust + ["--loglevel", "INFO", "--master", "--headless", "--only-summary", "--expect-workers", str(workers),
                            "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
                            "-u", str(USERS_PER_WORKER * workers), "-r", str(USERS_PER_WORKER * workers),
                            "-t", f"{int(RUN_TIMEOUT_S)}s", "--requests", str(requests), "--max-tokens", str(tokens),
                            "--ignore-eos", "--model", "mock", "--dataset", str(prompts), "--csv", str(prefix)]
-    worker_cmd = locust + ["--worker", "--master-host", "127.0.0.1", "--master-port", str(port)]
+    worker_cmd = locust + ["--loglevel", "WARNING", "--worker", "--master-host", "127.0.0.1", "--master-port", str(port)]
     logs = [(work / f"{name}-{role}.log").open("w") for role in ["master"] + [f"w{i}" for i in range(workers)]]
     started = time.monotonic()
     try:
         master = subprocess.Popen(master_cmd, cwd=root, env=env, stdout=logs[0], stderr=subprocess.STDOUT)
         procs = [subprocess.Popen(worker_cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
                  for log in logs[1:]]
+        spawned = cpu_when_spawned(Path(logs[0].name), [master, *procs], RUN_TIMEOUT_S)
+        run.master_spawned_cpu_s, run.workers_spawned_cpu_s = spawned[0], sum(spawned[1:])
         code, run.master_cpu_s = wait_cpu(master, RUN_TIMEOUT_S)
         run.wall_s = time.monotonic() - started
         codes = []
@@ -176,8 +198,13 @@ class Cost:
 
 def cost(small: Run, large: Run) -> Cost:
     extra = large.requests - small.requests
-    return Cost(small.version, 1e6 * (large.master_cpu_s - small.master_cpu_s) / extra,
-                1e6 * (large.workers_cpu_s - small.workers_cpu_s) / extra,
+
+    def running(run: Run) -> tuple[float, float]:  # CPU seconds after every user was spawned
+        return run.master_cpu_s - run.master_spawned_cpu_s, run.workers_cpu_s - run.workers_spawned_cpu_s
+
+    (small_master, small_workers), (large_master, large_workers) = running(small), running(large)
+    return Cost(small.version, 1e6 * (large_master - small_master) / extra,
+                1e6 * (large_workers - small_workers) / extra,
                 large.master_cpu_s / large.workers_cpu_s if large.workers_cpu_s else float("nan"))
 
 
@@ -217,54 +244,50 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    temporary = None
-    if args.out is None:
-        temporary = tempfile.TemporaryDirectory(prefix="cluster-bench-")
-        work = Path(temporary.name)
-    else:
-        work = args.out
-        work.mkdir(parents=True, exist_ok=True)
+def run_parts(args: argparse.Namespace, work: Path) -> tuple[list[Run], list[Cost]]:
+    """Every run of the selected parts against one zero-delay mock; the runs and each version's cost."""
     runs: list[Run] = []
     costs: list[Cost] = []
+    versions = [("after", REPO_ROOT)]
+    if "master-cost" in args.parts and args.baseline != "none":
+        versions.insert(0, ("before", code_tree(args.baseline, work)))
+    prompts = prompts_file(work / "prompts.jsonl", args.tokens)
+    server = start_target(Target("mock", "mock"), get_kind("mock"),
+                          TargetSettings(mock_ttft_ms=0.0, mock_itl_ms=0.0, start_timeout=60.0),
+                          work / "mock.log", progress=False)
     try:
-        versions = [("after", REPO_ROOT)]
-        if "master-cost" in args.parts and args.baseline != "none":
-            versions.insert(0, ("before", code_tree(args.baseline, work)))
-        prompts = prompts_file(work / "prompts.jsonl", args.tokens)
-        server = start_target(Target("mock", "mock"), get_kind("mock"),
-                              TargetSettings(mock_ttft_ms=0.0, mock_itl_ms=0.0, start_timeout=60.0),
-                              work / "mock.log", progress=False)
-        try:
-            if "master-cost" in args.parts:
-                for version, root in versions:
-                    pair = []
-                    for size in (args.requests, LARGE * args.requests):
-                        print(f"== master-cost, {version}: 1 worker, {size} requests", file=sys.stderr, flush=True)
-                        pair.append(run_cluster(version, root, server.base_url, 1, size, args.tokens, prompts, work))
-                    runs += pair
-                    if not any(r.error for r in pair):
-                        costs.append(cost(*pair))
-            if "throughput" in args.parts:
-                for workers in args.workers:
-                    print(f"== throughput: {workers} worker(s), {args.requests} requests", file=sys.stderr,
-                          flush=True)
-                    runs.append(run_cluster("after", REPO_ROOT, server.base_url, workers, args.requests,
-                                            args.tokens, prompts, work))
-        finally:
-            server.stop()
-    except (BenchError, ServiceError) as exc:
-        print(f"error: {str(exc).splitlines()[0]}", file=sys.stderr)
-        return 2 if isinstance(exc, BenchError) else 1
+        if "master-cost" in args.parts:
+            for version, root in versions:
+                pair = []
+                for size in (args.requests, LARGE * args.requests):
+                    print(f"== master-cost, {version}: 1 worker, {size} requests", file=sys.stderr, flush=True)
+                    pair.append(run_cluster(version, root, server.base_url, 1, size, args.tokens, prompts, work))
+                runs += pair
+                if not any(r.error for r in pair):
+                    costs.append(cost(*pair))
+        if "throughput" in args.parts:
+            for workers in args.workers:
+                print(f"== throughput: {workers} worker(s), {args.requests} requests", file=sys.stderr, flush=True)
+                runs.append(run_cluster("after", REPO_ROOT, server.base_url, workers, args.requests, args.tokens,
+                                        prompts, work))
     finally:
+        server.stop()
+    return runs, costs
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    with work_folder(args.out, "cluster-bench-") as work:
+        try:
+            runs, costs = run_parts(args, work)
+        except (BenchError, ServiceError) as exc:
+            print(f"error: {str(exc).splitlines()[0]}", file=sys.stderr)
+            return 2 if isinstance(exc, BenchError) else 1
         if args.out is not None:
             (work / "summary.json").write_text(json.dumps(
                 {"settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-                 "runs": [asdict(r) for r in runs],
-                 "costs": [{**asdict(c), "ratio": c.ratio} for c in costs]}, indent=2))
-        if temporary is not None:
-            temporary.cleanup()
+                 "runs": [asdict(r) for r in runs], "costs": [{**asdict(c), "ratio": c.ratio} for c in costs]},
+                indent=2))
     print(f"master and workers on loopback, {os.cpu_count()} CPU cores shared with the zero-delay mock; "
           f"{args.tokens}-token answers, {USERS_PER_WORKER} users per worker")
     print(f"\nruns:\n{runs_table(runs)}")
