@@ -10,10 +10,19 @@ Layers, each usable and testable on its own:
 * :mod:`~llmload.core.client`: one request end to end (the two above plus
   time-outs), returning a ``RequestResult`` whatever happens.
 * :mod:`~llmload.loadgen.options`: the command-line options.
-* :mod:`~llmload.loadgen.plugin`, :mod:`~llmload.loadgen.webui` and
-  :mod:`~llmload.loadgen.user`: the Locust integration (stats rows, raw log,
-  ``--requests`` budget, distributed mode, monitor, web UI tab, the abstract user).
+* the parts of a run, without Locust: tickets (:mod:`~llmload.loadgen.budget`,
+  :mod:`~llmload.loadgen.schedule`), the results sink
+  (:mod:`~llmload.loadgen.sink`), the live aggregates
+  (:mod:`~llmload.loadgen.live`), the distributed protocol
+  (:mod:`~llmload.loadgen.cluster`), outputs (:mod:`~llmload.loadgen.outputs`),
+  what a run says (:mod:`~llmload.loadgen.watch`), the resource monitor
+  (:mod:`~llmload.loadgen.monitor`);
+* the Locust integration: :mod:`~llmload.loadgen.plugin` (the run's
+  lifecycle), :mod:`~llmload.loadgen.master` and :mod:`~llmload.loadgen.worker`
+  (distributed mode), :mod:`~llmload.loadgen.rows` (Locust's stats rows),
+  :mod:`~llmload.loadgen.user` (the abstract users), :mod:`~llmload.loadgen.webui`
+  (the web UI tab), :mod:`~llmload.loadgen.shapes` (load shapes).
 
-Only the last three import Locust (which monkey-patches the process with gevent),
-so importing this package or the first four modules patches nothing.
+Only the Locust integration imports Locust (which monkey-patches the process
+with gevent), so importing this package or the other modules patches nothing.
 """

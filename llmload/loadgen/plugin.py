@@ -181,7 +181,12 @@ class LoadPlugin:
                             settings.seed) if settings.open_loop else None
         self.budget = Budget(settings.requests, settings.warmup, schedule) if self.needs_tickets else None
         path = settings.raw_log_path or self._web_ui_raw_log()
-        self.sink = ResultSink(settings.slo, RawLogWriter(path) if path is not None else None, rows)
+        self.sink = ResultSink(settings.slo, None, rows)
+        if path is not None:
+            try:
+                self.sink.raw_log = RawLogWriter(path)
+            except OSError as exc:
+                self.fail(f"cannot write the raw log {path}: {exc.strerror or exc}")
         if self.master is not None:
             self.master.start(self.sink, self.budget, path)
         self.monitor.start(settings)
@@ -199,7 +204,8 @@ class LoadPlugin:
             self.raw_log.flush()
         self.monitor.stop()
         self.stopped = True
-        self.write_summary()
+        if not self.failed:
+            self.write_summary()
         self._say()
 
     def on_quit(self) -> None:
@@ -407,7 +413,11 @@ class LoadPlugin:
         data = summary_data(self.board, self.settings, getattr(self.environment.parsed_options, "num_users", None),
                             self.watch.lag_warned, self.raw_log.path if self.raw_log is not None else None,
                             self.master.workers_summary() if self.master is not None else None)
-        return write_json(path, data)
+        try:
+            return write_json(path, data)
+        except OSError as exc:
+            log.error(f"llmload: cannot write the summary {path}: {exc.strerror or exc}")
+            return None
 
 
 _PLUGINS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()

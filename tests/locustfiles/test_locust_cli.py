@@ -122,3 +122,13 @@ def test_no_host_at_all_is_one_line(tmp_path):
                           cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0 and last_line(output(proc)) == (
         "error: no server to load: pass -H http://host:port (or set host = ... in locust.conf)")
+
+
+def test_a_raw_log_that_cannot_be_written_is_one_line_with_exit_code_2(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder\n")
+    proc = run_locust("chat.py", NO_SERVER, "--requests", "1", "--raw-log", str(blocker / "run_requests.jsonl"),
+                      "--dataset", str(write_prompts(tmp_path / "p.jsonl")), "--model", "mock")
+    errors = [line for line in output(proc).splitlines() if line.startswith("error:")]
+    assert proc.returncode == 2 and "Traceback" not in output(proc), output(proc)[-2000:]
+    assert len(errors) == 1 and errors[0].startswith(f"error: cannot write the raw log {blocker / 'run_requests.jsonl'}")

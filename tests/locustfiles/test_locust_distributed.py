@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+import urllib.request
 from collections import Counter
 from pathlib import Path
 
@@ -245,3 +246,52 @@ def test_a_worker_that_cannot_write_its_shard_stops_and_the_master_names_it(fast
     named = [line for line in out.splitlines() if "stopped: cannot write the raw-log shard" in line]
     assert len(named) == 1 and master.returncode == 1, out[-3000:]
     assert "Traceback" not in out + worker_out
+
+
+def get_json(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return json.loads(response.read())
+
+
+def test_the_web_ui_of_a_master_shows_the_merged_figures(mock_server, tmp_path):
+    """The LLM metrics tab, its live charts and the raw-log download of a master come from its workers' reports."""
+    url, _ = mock_server
+    prompts = write_prompts(tmp_path / "chat.jsonl")
+    port, web_port = free_port(), free_port()
+    web = f"http://127.0.0.1:{web_port}"
+    master = subprocess.Popen(locust_command("chat.py", url, "--master", "--expect-workers", "2", "--master-bind-host",
+                                             "127.0.0.1", "--master-bind-port", str(port), "--web-host", "127.0.0.1",
+                                             "--web-port", str(web_port), "--autostart", "--autoquit", "3", "-u", "4",
+                                             "-r", "4", "--requests", "40", "--max-tokens", "10", "--ignore-eos",
+                                             "--dataset", str(prompts)),
+                              cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    workers = [subprocess.Popen(worker_command(url, port), cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL) for _ in range(2)]
+    try:
+        deadline, rows, live, raw = time.monotonic() + 60, [], {}, b""
+        while time.monotonic() < deadline:
+            try:
+                stats = get_json(f"{web}/stats/requests")
+                rows = {t["key"]: t["data"] for t in stats.get("extended_stats", [])}.get("llm-metrics", [])
+                live = get_json(f"{web}/llmload/live.json?since=0")
+                if stats["state"] == "stopped" and rows and rows[0]["requests"] == 40:
+                    with urllib.request.urlopen(f"{web}/llmload/requests.jsonl", timeout=5) as response:
+                        raw = response.read()
+                    break
+            except OSError:
+                pass
+            time.sleep(0.3)
+        out, _ = master.communicate(timeout=60)
+        for w in workers:
+            w.wait(timeout=30)
+    finally:
+        for proc in (master, *workers):
+            if proc.poll() is None:
+                proc.kill()
+    assert rows and rows[0]["requests"] == 40 and 190 <= float(rows[0]["ttftp50"]) <= 240, rows
+    points = [p for p in live["history"] if p["requests_per_s"] > 0]
+    assert points and all(190 <= p["ttft_p50_ms"] <= 260 for p in points if p["ttft_p50_ms"]), live["history"]
+    assert [p["time"] for p in live["history"]] == sorted(p["time"] for p in live["history"])
+    records = [json.loads(line) for line in raw.splitlines()]
+    assert len(records) == 40 and len({r["worker"] for r in records}) == 2  # the merged raw log, downloaded
+    assert master.returncode == 0 and "Traceback" not in out, out[-3000:]
