@@ -10,7 +10,7 @@ master-cost
     (``after``) and ``--baseline REF`` (``before``: a commit whose workers sent
     every result to the master and asked it for a ticket before every request;
     taken with ``git archive``). Each process's CPU seconds come from the
-    kernel: read when the master says all users are spawned, and at its exit
+    kernel: read when the master starts the users, and at its exit
     (``os.wait4``). What one request costs is the difference between the two
     runs' CPU after the spawn, over the difference in requests (start-up and
     shutdown cancel out); the figure is the master's cost per request over the
@@ -60,8 +60,8 @@ USERS_PER_WORKER = 8
 RUN_TIMEOUT_S = 600.0
 #: The larger master-cost run sends this many times --requests.
 LARGE = 5
-#: What the master logs once every user is spawned (Locust's own line).
-SPAWNED = "All users spawned"
+#: What the master logs as it starts the users (Locust's own line): the end of start-up.
+SPAWNING = "Sending spawn jobs"
 
 
 class BenchError(RuntimeError):
@@ -77,8 +77,8 @@ class Run:
     requests: int
     master_cpu_s: float = 0.0  # from start to exit
     workers_cpu_s: float = 0.0
-    master_spawned_cpu_s: float = 0.0  # by the time every user was spawned (start-up)
-    workers_spawned_cpu_s: float = 0.0
+    master_startup_cpu_s: float = 0.0  # by the time the master started the users (start-up)
+    workers_startup_cpu_s: float = 0.0
     wall_s: float = 0.0
     requests_per_s: float = 0.0
     measured: int = 0  # requests in the master's summary
@@ -122,11 +122,16 @@ def wait_cpu(proc: subprocess.Popen, timeout: float) -> tuple[int | None, float]
     return None, usage.ru_utime + usage.ru_stime
 
 
-def cpu_when_spawned(log: Path, procs: list[subprocess.Popen], timeout: float) -> list[float]:
-    """Each process's CPU seconds when the master's log says every user is spawned (zeros if it never does)."""
+def exited(proc: subprocess.Popen) -> bool:
+    """Whether ``proc`` has exited, leaving it to be reaped (its CPU count is read when it is)."""
+    return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+
+
+def cpu_when_spawning(log: Path, procs: list[subprocess.Popen], timeout: float) -> list[float]:
+    """Each process's CPU seconds when the master's log says it starts the users (zeros if it never does)."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and procs[0].poll() is None:
-        if SPAWNED in log.read_text(errors="replace"):
+    while time.monotonic() < deadline and not exited(procs[0]):
+        if SPAWNING in log.read_text(errors="replace"):
             try:
                 return [sum(psutil.Process(p.pid).cpu_times()[:2]) for p in procs]
             except psutil.Error:
@@ -155,8 +160,8 @@ def run_cluster(version: str, root: Path, url: str, workers: int, requests: int,
         master = subprocess.Popen(master_cmd, cwd=root, env=env, stdout=logs[0], stderr=subprocess.STDOUT)
         procs = [subprocess.Popen(worker_cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
                  for log in logs[1:]]
-        spawned = cpu_when_spawned(Path(logs[0].name), [master, *procs], RUN_TIMEOUT_S)
-        run.master_spawned_cpu_s, run.workers_spawned_cpu_s = spawned[0], sum(spawned[1:])
+        startup = cpu_when_spawning(Path(logs[0].name), [master, *procs], RUN_TIMEOUT_S)
+        run.master_startup_cpu_s, run.workers_startup_cpu_s = startup[0], sum(startup[1:])
         code, run.master_cpu_s = wait_cpu(master, RUN_TIMEOUT_S)
         run.wall_s = time.monotonic() - started
         codes = []
@@ -199,8 +204,8 @@ class Cost:
 def cost(small: Run, large: Run) -> Cost:
     extra = large.requests - small.requests
 
-    def running(run: Run) -> tuple[float, float]:  # CPU seconds after every user was spawned
-        return run.master_cpu_s - run.master_spawned_cpu_s, run.workers_cpu_s - run.workers_spawned_cpu_s
+    def running(run: Run) -> tuple[float, float]:  # CPU seconds after start-up
+        return run.master_cpu_s - run.master_startup_cpu_s, run.workers_cpu_s - run.workers_startup_cpu_s
 
     (small_master, small_workers), (large_master, large_workers) = running(small), running(large)
     return Cost(small.version, 1e6 * (large_master - small_master) / extra,
