@@ -214,9 +214,10 @@ class Cluster:
         return max(min(cuts), self.started) if cuts else time.time()
 
     def retire(self, node: str, why: str, api: str, mode: str, tasks: list[str]) -> Retired:
-        """Worker ``node`` left without its final report: merge what its shard holds beyond its last report (where
-        the master can read it), record the requests it had in flight at its last report (before any report: one
-        per user) as lost, and return its outstanding tickets to the budget."""
+        """Worker ``node`` left the run early (``why``: lost, failed, left): merge what its shard holds beyond its
+        last report (where the master can read it, when that was not its final one), record the requests it had
+        in flight at its last report (before any report: one per user) as lost, and return its outstanding
+        tickets to the budget."""
         member = self.member(node)
         member.gone = why
         recovered, note = 0, ""

@@ -150,24 +150,28 @@ class MasterRole:
         if self.cluster is not None and msg.data.get("run") == self.run:
             self.retire(node, "failed")
 
-    def check_members(self) -> None:
-        """Workers of this run that went missing (or left) without their last report: retire them."""
+    def check_members(self, running: bool = False) -> None:
+        """Workers of this run that went missing without their last report: retire them. ``running`` (the run goes
+        on): a worker that stopped on its own (Ctrl-C, SIGTERM) and left holding tickets is retired too."""
         if self.cluster is None:
             return
         clients, budget = self.runner.clients, self.cluster.budget
         nodes = set(self.cluster.members) | {n for n, held in (budget.held if budget else {}).items() if held}
         for node in sorted(nodes):
             member, client = self.cluster.member(node), clients.get(node)
-            if member.active and (client is None or client.state == STATE_MISSING):
+            gone = client is None or client.state == STATE_MISSING
+            if member.active and gone:
                 self.retire(node, "lost")
+            elif running and gone and member.final and not member.gone and budget is not None and budget.held[node]:
+                self.retire(node, "left")
 
     def retire(self, node: str, why: str) -> None:
         settings = self.plugin.settings
         retired = self.cluster.retire(node, why, settings.api, settings.mode, self.plugin.tasks())
         note = f"; {retired.shard_note}" if retired.shard_note else ""
-        if why == "lost":
-            log.warning(f"llmload: worker {node} was lost with {retired.lost} request(s) in flight: recorded as "
-                        f"lost, their tickets returned to the other workers{note}")
+        if why in ("lost", "left"):
+            log.warning(f"llmload: worker {node} {'was lost' if why == 'lost' else 'left'} with {retired.lost} "
+                        f"request(s) in flight: recorded as lost, their tickets returned to the other workers{note}")
         elif retired.lost or note:
             log.warning(f"llmload: worker {node}'s {retired.lost} request(s) in flight recorded as lost{note}")
         self.tell_if_more()

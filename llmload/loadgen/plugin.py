@@ -37,7 +37,7 @@ from pathlib import Path
 import gevent
 
 import locust
-from locust.runners import MasterRunner, WorkerRunner
+from locust.runners import STATE_RUNNING, STATE_SPAWNING, MasterRunner, WorkerRunner
 
 from llmload.core.records import DatasetError, PromptRecord
 from llmload.core.rawlog import RawLogWriter
@@ -276,7 +276,7 @@ class LoadPlugin:
                     self.worker.give_back_if_idle()
                 continue
             if self.master is not None:
-                self.master.check_members()
+                self.master.check_members(running=self.runner.state in (STATE_RUNNING, STATE_SPAWNING))
                 self.board.complete_until = self.master.complete_until()
             self.board.snapshot(users=getattr(self.runner, "user_count", 0))
             self._say()

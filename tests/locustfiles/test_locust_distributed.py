@@ -11,6 +11,7 @@ the master's custom options (here --dataset, --mode, --requests ...) to them.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import time
 import urllib.request
@@ -137,10 +138,13 @@ def shard_lines(prefix: Path) -> int:
     return sum(path.read_bytes().count(b"\n") for path in folder.glob("*.jsonl")) if folder.is_dir() else 0
 
 
-def test_a_lost_worker_returns_its_tickets_and_the_run_still_ends(tmp_path, server_factory):
-    """kill -9 one of two workers mid-run: the master says so in one line, reads what its shard holds beyond its
-    last report, records its requests in flight as lost, gives its tickets to the other worker and ends by
-    --requests; raw log and Locust's stats agree."""
+@pytest.mark.parametrize("stop, said, left", [(signal.SIGKILL, "was lost with", "lost"),
+                                               (signal.SIGTERM, "left with", "left")])
+def test_a_lost_worker_returns_its_tickets_and_the_run_still_ends(tmp_path, server_factory, stop, said, left):
+    """kill -9 one of two workers mid-run (or SIGTERM: it stops on its own, sending its last report): the master
+    says so in one line, reads what a killed worker's shard holds beyond its last report, records its requests
+    in flight as lost, gives its tickets to the other worker and ends by --requests; raw log and Locust's stats
+    agree."""
     url = server_factory("mock", "--mock-ttft-ms", "100", "--mock-itl-ms", "20")
     prompts = write_prompts(tmp_path / "chat.jsonl")
     prefix = tmp_path / "lost"
@@ -155,7 +159,7 @@ def test_a_lost_worker_returns_its_tickets_and_the_run_still_ends(tmp_path, serv
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and shard_lines(prefix) < 20:
             time.sleep(0.1)
-        workers[0].kill()  # SIGKILL: no goodbye to the master
+        workers[0].send_signal(stop)  # SIGKILL: no goodbye to the master
         started = time.monotonic()
         out, _ = master.communicate(timeout=90)
         took = time.monotonic() - started
@@ -164,7 +168,7 @@ def test_a_lost_worker_returns_its_tickets_and_the_run_still_ends(tmp_path, serv
             if proc.poll() is None:
                 proc.kill()
     assert master.returncode == 1, out[-3000:]  # the lost requests are failures
-    lost_lines = [line for line in out.splitlines() if "was lost with" in line]
+    lost_lines = [line for line in out.splitlines() if said in line]
     assert len(lost_lines) == 1 and "recorded as lost, their tickets returned" in lost_lines[0], out[-3000:]
     raw = Path(f"{prefix}_requests.jsonl")
     results = read_results(raw)
@@ -176,7 +180,7 @@ def test_a_lost_worker_returns_its_tickets_and_the_run_still_ends(tmp_path, serv
     assert int(total["Request Count"]) == len(results) and int(total["Failure Count"]) == len(lost)
     summary = json.loads(Path(f"{prefix}_summary.json").read_text())
     assert summary["summary"]["requests"] == len(results)
-    assert [w["left"] for w in summary["workers"]].count("lost") == 1
+    assert [w["left"] for w in summary["workers"]].count(left) == 1
 
 
 def wait_for(path: Path, text: str, timeout: float = 60) -> bool:
