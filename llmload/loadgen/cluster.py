@@ -181,15 +181,16 @@ class Cluster:
         if member.gone:
             return None
         cut = part.get("cut")
-        if not cut:
-            return member
-        member.last_cut = max(member.last_cut, cut["at"])
-        self.board.merge(LiveBoard.from_wire(cut["board"]), node)
-        self._append(member, cut["shard"])
-        if self.budget is not None and cut["done"] > member.done:
-            self.budget.done(node, cut["done"] - member.done)
-        member.done = max(member.done, cut["done"])
-        member.in_flight, member.taken, member.users = cut["in_flight"], cut["taken"], cut["users"]
+        if cut:
+            latest = cut["at"] >= member.last_cut  # two reports may cross: gauges keep the newer one's values
+            member.last_cut = max(member.last_cut, cut["at"])
+            self.board.merge(LiveBoard.from_wire(cut["board"]), node, latest)
+            self._append(member, cut["shard"])
+            if self.budget is not None and cut["done"] > member.done:
+                self.budget.done(node, cut["done"] - member.done)
+            member.done = max(member.done, cut["done"])
+            if latest:
+                member.in_flight, member.taken, member.users = cut["in_flight"], cut["taken"], cut["users"]
         member.final = member.final or bool(part.get("final"))
         return member
 

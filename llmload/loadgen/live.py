@@ -211,8 +211,9 @@ class LiveBoard:
 
     # ------------------------------------------------------------------ merging
 
-    def merge(self, other: "LiveBoard", node: str) -> None:
-        """Add ``other`` (what worker ``node`` counted since its last report); keep its reachability as its latest."""
+    def merge(self, other: "LiveBoard", node: str, latest: bool = True) -> None:
+        """Add ``other`` (what worker ``node`` counted since its last report); its reachability becomes the node's
+        (``latest``: this report is the node's newest)."""
         for task, stats in other.tasks.items():
             mine = self.tasks.get(task)
             if mine is None:
@@ -224,7 +225,8 @@ class LiveBoard:
             mine = self._bucket(second)
             if mine is not None:
                 mine.merge(bucket)
-        self.reach[node] = other.reach[""]
+        if latest or node not in self.reach:
+            self.reach[node] = other.reach[""]
 
     def to_wire(self) -> dict:
         """Every part as plain data (numbers, strings, bytes) for Locust's messages."""

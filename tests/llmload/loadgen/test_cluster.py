@@ -129,3 +129,17 @@ def test_a_worker_lost_before_any_report_counts_one_request_per_user_in_flight(t
     cluster.asked("a", {"users": 2, "shard": str(tmp_path / "gone.jsonl")})
     retired = cluster.retire("a", "lost", "chat", "stream", ["chat"])
     assert (retired.recovered, retired.lost, retired.returned) == (0, 2, 6) and budget.remaining == 20
+
+
+def test_crossed_reports_keep_the_newer_gauges_and_a_bare_final_counts(tmp_path):
+    cluster = Cluster("r1", ResultSink(None, None), Budget(requests=10))
+    sink = worker(tmp_path, "a")
+    sink.started()
+    first = report(sink)
+    sink.collect(result("a", 0))
+    second = report(sink)
+    cluster.report("a", second)
+    cluster.report("a", first)  # arrived late: its counts add, its gauges do not replace the newer ones
+    member = cluster.members["a"]
+    assert (member.done, member.in_flight) == (1, 0) and cluster.board.total().requests == 1
+    assert cluster.report("b", {"run": "r1", "final": True}).final  # a worker with nothing in this run
