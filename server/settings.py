@@ -93,6 +93,10 @@ class ServerSettings:
     mock_tokens_per_chunk: int = setting(
         1, "mock engine: tokens sent together in one chunk, each chunk when its last token is due (as speculative "
            "decoding or coalescing servers send them) (default: %(default)s)", type=positive_int)
+    mock_slots: int = setting(
+        0, "mock engine: requests generating at once (K service slots); the others wait in a FIFO queue, so with "
+           "requests of one length the server holds exactly K / (ttft + (tokens - 1) x itl) requests/s; 0 = no "
+           "limit (default: %(default)s)", type=non_negative_int)
     log_level: str = setting("info", "log level (default: %(default)s)", choices=LOG_LEVELS)
 
     # ------------------------------------------------------------------ the environment

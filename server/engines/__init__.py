@@ -33,5 +33,5 @@ def create_engine(settings: ServerSettings) -> Engine:
                           ttft_ms=settings.mock_ttft_ms, itl_ms=settings.mock_itl_ms,
                           reasoning_tokens=settings.mock_reasoning_tokens,
                           reasoning_field=settings.mock_reasoning_field,
-                          tokens_per_chunk=settings.mock_tokens_per_chunk)
+                          tokens_per_chunk=settings.mock_tokens_per_chunk, slots=settings.mock_slots)
     raise ValueError(f"unknown engine {settings.engine!r} (choose from {', '.join(ENGINES)})")

@@ -10,6 +10,12 @@ Options: the first ``reasoning_tokens`` tokens of an answer are reasoning
 (words of :data:`MOCK_REASONING_WORDS`, within ``max_tokens``, as a reasoning
 model's budget counts them); ``tokens_per_chunk`` tokens go out together, each
 group when its last token is due.
+
+With ``slots`` K > 0 it is a server of known capacity: at most K requests
+generate at once, the others wait in a FIFO queue, and a request's schedule
+starts when it gets a slot. Every request then holds a slot for its service
+time S = ttft + (max_tokens - 1) x itl, so with constant arrivals of one
+length the server holds exactly K / S requests/s (the runner's capacity test).
 """
 
 from __future__ import annotations
@@ -26,13 +32,13 @@ MOCK_REASONING_WORDS = ("hmm", "let", "me", "think")
 
 
 class MockEngine(Engine):
-    """Deterministic timings, unlimited concurrency, exactly ``max_tokens`` tokens per request."""
+    """Deterministic timings, exactly ``max_tokens`` tokens per request; unlimited concurrency, or ``slots``."""
 
     name = "mock"
 
     def __init__(self, model: str, served_model_name: str, max_model_len: int | None = None,
                  ttft_ms: float = 200.0, itl_ms: float = 20.0, reasoning_tokens: int = 0,
-                 reasoning_field: str = "reasoning", tokens_per_chunk: int = 1):
+                 reasoning_field: str = "reasoning", tokens_per_chunk: int = 1, slots: int = 0):
         super().__init__(model, served_model_name, max_model_len)
         self.ttft = ttft_ms / 1000.0
         self.itl = itl_ms / 1000.0
@@ -41,6 +47,9 @@ class MockEngine(Engine):
         self.reasoning_field = reasoning_field
         self.tokens_per_chunk = tokens_per_chunk
         self.running = 0  # generations in flight (``/health``), so tests can see a cancellation
+        self.slots = slots  # 0: no limit
+        self.waiting = 0  # requests queued for a slot
+        self._slots: asyncio.Semaphore | None = None  # made in the server's event loop (FIFO: asyncio's is fair)
 
     def start(self) -> None:
         pass
@@ -57,6 +66,14 @@ class MockEngine(Engine):
 
     async def generate(self, request_id: str, prompt: PreparedPrompt,
                        params: SamplingParams) -> AsyncIterator[GenerationDelta]:
+        if self.slots:
+            if self._slots is None:
+                self._slots = asyncio.Semaphore(self.slots)
+            self.waiting += 1
+            try:
+                await self._slots.acquire()
+            finally:
+                self.waiting -= 1
         start = time.perf_counter()
         self.running += 1
         total, thinking = params.max_tokens, min(self.reasoning_tokens, params.max_tokens)
@@ -75,12 +92,14 @@ class MockEngine(Engine):
                     reasoning_tokens=min(last + 1, thinking))
         finally:
             self.running -= 1
+            if self._slots is not None:
+                self._slots.release()
 
     def load(self) -> EngineLoad:
-        """Every request generates at once: none waits, and there is no KV cache."""
-        return EngineLoad(running=self.running, waiting=0)
+        """Requests generating and (with slots) queued; there is no KV cache."""
+        return EngineLoad(running=self.running, waiting=self.waiting)
 
     def info(self) -> dict:
         return {**super().info(), "ttft_ms": self.ttft * 1000, "itl_ms": self.itl * 1000,
                 "reasoning_tokens": self.reasoning_tokens, "reasoning_field": self.reasoning_field,
-                "tokens_per_chunk": self.tokens_per_chunk}
+                "tokens_per_chunk": self.tokens_per_chunk, "slots": self.slots}
