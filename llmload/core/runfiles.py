@@ -1,9 +1,10 @@
 """The run folder: the files a run of the runner leaves, written by the runner and read by the reports.
 
     results/<run>/
-        run.json                     settings, servers, model, SLO, versions, machine (:func:`write_manifest`)
+        run.json                     settings, servers, model, SLO, versions, machine, the order the cells ran in
+                                     (:func:`write_manifest`, rewritten whole as the run goes)
         cells.jsonl                  one :class:`Cell` per line, appended as cells start and end (last wins)
-        capacity.jsonl               one line per capacity search (server, task, capacity, bracket, steps)
+        capacity.jsonl               one line per capacity search (server, task, capacity and its interval, steps)
         <server>/<cell>_requests.jsonl   the raw per-request log (:mod:`llmload.core.metrics`)
         <server>/<cell>_monitor.csv      resources (``monitors``)
         <server>/<cell>_stats.csv ...    Locust's own CSVs; ``_summary.json`` the load generator's summary
@@ -15,6 +16,7 @@ Nothing here imports above the core; the reports read a run through these functi
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable
@@ -44,12 +46,16 @@ class Cell:
     concurrency: int  # users (closed loop) or the pool of requests in flight (open loop)
     prefix: str  # file prefix, relative to the run folder
     rate: float | None = None  # offered requests/s (open loop); None = closed loop
-    repeat: int = 0
+    repeat: int = 0  # the repeat, or a capacity step's look (0 = the first)
     phase: str = "matrix"  # "matrix", "sweep", "capacity" (which part of the run made it)
+    requests: int | None = None  # requests it sends when not the run's --requests (a capacity step's later looks)
     status: str = "pending"
     error: str = ""
     exit_code: int | None = None
     wall_s: float = 0.0
+    order: int | None = None  # its place in the order the run ran its cells (1 = first)
+    block: int | None = None  # the block of the interleaved order it ran in (None: sequential order)
+    started: float | None = None  # epoch seconds it started
 
     @property
     def level(self) -> str:
@@ -127,9 +133,12 @@ def read_cells(run_dir: Path) -> list[Cell]:
 
 
 def write_manifest(run_dir: Path, info: dict) -> Path:
+    """Write ``run.json`` whole (through a temporary file: a kill leaves the previous version, never half)."""
     path = Path(run_dir) / MANIFEST
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(info, indent=2, default=str) + "\n", encoding="utf-8")
+    partial = path.with_name(MANIFEST + ".partial")
+    partial.write_text(json.dumps(info, indent=2, default=str) + "\n", encoding="utf-8")
+    os.replace(partial, path)
     return path
 
 

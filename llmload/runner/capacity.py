@@ -1,118 +1,179 @@
-"""The capacity search: the highest offered rate a server holds under an SLO, by bisection over the rate.
+"""The capacity search: the highest offered rate a server holds under an SLO, with its 95 % interval.
 
-A rate *holds* when its cell's SLO attainment is at least the target (failed
-requests count as misses) and its dispatch lag p99 is at most the limit (the
-load generator kept its schedule). The search starts at the saturation
-throughput; while every rate tried holds it doubles, and once one fails it
-bisects between the highest rate that held and the lowest that failed, until
-the bracket is within :data:`TOLERANCE` of its top or ``max_steps`` rates have
-been tried. The capacity is the bracket's low end (None when no rate held).
+The search starts at the saturation throughput; while every rate tried holds
+it doubles, and once one does not it bisects between the highest rate that
+held and the lowest that did not, until the two are within :data:`TOLERANCE`
+of each other or ``--capacity-steps`` rates have been tried. Each rate is a
+*step* of up to ``--capacity-looks`` cells: the first sends ``--requests``
+requests, each later one as many as all before it (the total doubles), and
+after each the step is decided by :func:`llmload.core.sequential.decide`
+(held, failed, or undecided: one more look). A step still undecided at its
+last look counts as not held for the bisection, and as neither bound of the
+interval. The capacity is the middle of [highest held, lowest not held]; its
+interval is [highest held, lowest failed] (docs/statistics.md, "Capacity").
 
-Each search is one line of ``capacity.jsonl`` (:func:`llmload.core.runfiles.append_capacity`):
+Each search is one line of ``capacity.jsonl`` (:meth:`CapacitySearch.entry`):
 
-    {"server", "task", "mode", "slo": {"ttft": 500.0, ...} (ms), "slo_target": 99.0, "capacity_rps": float | None,
-     "bracket": [low, high | None], "saturation_rps": float | None,
-     "steps": [{"rate", "attainment", "goodput", "lag_p99_ms", "prefix"}, ...]}
+    {"server", "task", "mode", "slo": {"ttft": 500.0, ...} (ms), "slo_target": 99.0, "max_lag_ms": 500.0,
+     "capacity_rps": float | None, "ci_low": float, "ci_high": float | None, "confidence": 0.95,
+     "bracket": [highest held, lowest not held | None], "saturation_rps": float | None,
+     "budget": {"steps", "looks", "tests", "confidence", "alpha"},
+     "steps": [{"rate", "requests", "met", "attainment", "attainment_low", "attainment_high", "decision",
+                "reason", "goodput", "lag_p99_ms", "prefix", "looks": [{"requests", "met", "lag_p99_ms",
+                "goodput", "prefix", "trends": [{"series", "p_value", "growth", "slope", "bins"}]}]}]}
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Generator
 
-from llmload.core.metrics import SLO, RunSummary
+from llmload.core.metrics import SLO, RequestResult, RunSummary
+from llmload.core.runfiles import Cell
+from llmload.core.sequential import UNDECIDED, Budget, Look, backlog, bracket, capacity_estimate, decide, trend
 from llmload.runner.plan import round_rate
+from monitors.sampler import MonitorError, read_monitor
 
-#: The search stops once (high - low) <= TOLERANCE x high.
+#: The search stops once (lowest not held - highest held) <= TOLERANCE x lowest not held.
 TOLERANCE = 0.05
 
 
 @dataclass(frozen=True)
-class Step:
-    """One rate tried: what its cell measured and whether it held."""
+class Probe:
+    """The next cell a search asks for: look ``look`` (0 = the first) of the step at ``rate``."""
 
     rate: float
-    attainment: float | None  # percent
-    goodput: float | None  # req/s
-    lag_p99_ms: float | None
-    prefix: str
-    held: bool
+    look: int
 
-    @classmethod
-    def measured(cls, rate: float, prefix: str, summary: RunSummary | None, slo_target: float,
-                 max_lag_s: float) -> "Step":
-        """The step of a cell with ``summary`` (None: nothing measured, which does not hold)."""
-        if summary is None:
-            return cls(rate, None, None, None, prefix, held=False)
-        lag = summary.get("dispatch_lag", "p99")
-        held = (summary.slo_attainment is not None and summary.slo_attainment >= slo_target
-                and (lag is None or lag <= max_lag_s))
-        return cls(rate, summary.slo_attainment, summary.goodput, None if lag is None else lag * 1000.0, prefix, held)
+
+@dataclass
+class Step:
+    """One rate tried: its looks so far and the decision they support."""
+
+    rate: float
+    looks: list[Look] = field(default_factory=list)
+    decision: str = UNDECIDED
+    reason: str = ""
+    bounds: tuple[float, float] = (0.0, 100.0)
+
+    @property
+    def requests(self) -> int:
+        return sum(x.requests for x in self.looks)
 
     def record(self) -> dict:
-        return {"rate": self.rate, "attainment": self.attainment, "goodput": self.goodput,
-                "lag_p99_ms": self.lag_p99_ms, "prefix": self.prefix}
+        met = sum(x.met for x in self.looks)
+        lags = [x.lag_p99_ms for x in self.looks if x.lag_p99_ms is not None]
+        last = self.looks[-1] if self.looks else None
+        return {"rate": self.rate, "requests": self.requests, "met": met,
+                "attainment": 100.0 * met / self.requests if self.requests else None,
+                "attainment_low": self.bounds[0], "attainment_high": self.bounds[1], "decision": self.decision,
+                "reason": self.reason, "goodput": last.goodput if last else None,
+                "lag_p99_ms": max(lags) if lags else None, "prefix": last.prefix if last else "",
+                "looks": [x.record() for x in self.looks]}
 
 
 @dataclass
 class CapacitySearch:
-    """The state of one search; :meth:`next_rate` and :meth:`add` drive it (see the module docstring)."""
+    """The state of one search; :meth:`next_probe` and :meth:`add` drive it (see the module docstring)."""
 
     saturation: float
-    max_steps: int
+    target: float  # percent of requests that must meet the SLO
+    budget: Budget
+    max_lag_ms: float | None = None
     tolerance: float = TOLERANCE
-    low: float = 0.0  # the highest rate that held (0: none yet)
-    high: float | None = None  # the lowest rate that failed (None: none yet)
     steps: list[Step] = field(default_factory=list)
 
-    def next_rate(self) -> float | None:
-        """The next rate to try, or None when the search is over."""
-        if len(self.steps) >= self.max_steps or self.saturation <= 0:
+    def decisions(self) -> list[tuple[float, str]]:
+        return [(s.rate, s.decision) for s in self.steps]
+
+    def next_probe(self) -> Probe | None:
+        """The next cell to run, or None when the search is over."""
+        current = self.steps[-1] if self.steps else None
+        if current is not None and current.decision == UNDECIDED and len(current.looks) < self.budget.looks:
+            return Probe(current.rate, len(current.looks))
+        if len(self.steps) >= self.budget.steps or self.saturation <= 0:
             return None
-        if not self.steps:
+        low, _, not_held = bracket(self.decisions())
+        if current is None:
             rate = self.saturation
-        elif self.high is None:
-            rate = self.low * 2
+        elif not_held is None:
+            rate = low * 2
         else:
-            if self.low > 0 and self.high - self.low <= self.tolerance * self.high:
+            if low > 0 and not_held - low <= self.tolerance * not_held:
                 return None
-            rate = (self.low + self.high) / 2
+            rate = (low + not_held) / 2
         rate = round_rate(rate)
         if rate <= 0 or any(step.rate == rate for step in self.steps):
             return None  # the bracket is narrower than the rates' rounding
-        return rate
+        return Probe(rate, 0)
 
-    def add(self, step: Step) -> None:
-        self.steps.append(step)
-        if step.held:
-            self.low = max(self.low, step.rate)
-        else:
-            self.high = step.rate if self.high is None else min(self.high, step.rate)
+    def add(self, probe: Probe, look: Look) -> Step:
+        """Add what the cell of ``probe`` measured and decide its step again."""
+        if probe.look == 0:
+            self.steps.append(Step(probe.rate))
+        step = self.steps[-1]
+        step.looks.append(look)
+        step.decision, step.reason, step.bounds = decide(step.looks, self.target, self.budget.alpha,
+                                                         self.max_lag_ms)
+        return step
 
     @property
-    def capacity(self) -> float | None:
-        return self.low if self.low > 0 else None
+    def estimate(self) -> tuple[float | None, float, float | None]:
+        """(capacity, interval low, interval high)."""
+        return capacity_estimate(self.decisions())
 
-    @property
-    def bracket(self) -> list[float | None]:
-        return [self.low, self.high]
-
-    def entry(self, server: str, task: str, mode: str, slo: SLO, slo_target: float) -> dict:
+    def entry(self, server: str, task: str, mode: str, slo: SLO) -> dict:
         """The search as one ``capacity.jsonl`` record."""
-        return {"server": server, "task": task, "mode": mode, "slo": slo.to_dict(), "slo_target": slo_target,
-                "capacity_rps": self.capacity, "bracket": self.bracket, "saturation_rps": self.saturation,
-                "steps": [step.record() for step in self.steps]}
+        value, low, high = self.estimate
+        held, _, not_held = bracket(self.decisions())
+        return {"server": server, "task": task, "mode": mode, "slo": slo.to_dict(), "slo_target": self.target,
+                "max_lag_ms": self.max_lag_ms, "capacity_rps": value, "ci_low": low, "ci_high": high,
+                "confidence": self.budget.confidence, "bracket": [held, not_held], "saturation_rps": self.saturation,
+                "budget": self.budget.to_dict(), "steps": [step.record() for step in self.steps]}
 
     def describe(self) -> str:
-        """``3.2 req/s (held 3.2, failed 3.6; saturation 4.1 req/s; 5 steps)``."""
-        head = "none held" if self.capacity is None else f"{self.capacity:g} req/s"
-        failed = "none failed" if self.high is None else f"failed {self.high:g}"
-        return (f"{head} (held {self.low:g}, {failed}; saturation {self.saturation:.3g} req/s; "
-                f"{len(self.steps)} steps)")
+        """``20.1 req/s [19.5, 20.6] (95 %; held 19.5, not held 20.6; saturation 19.7 req/s; 6 steps, 9 cells)``."""
+        value, low, high = self.estimate
+        held, _, not_held = bracket(self.decisions())
+        head = "none held" if value is None else f"{value:.4g} req/s"
+        interval = f"[{low:.4g}, {'open' if high is None else f'{high:.4g}'}]"
+        undecided = sum(s.decision == UNDECIDED for s in self.steps)
+        return (f"{head} {interval} ({self.budget.confidence * 100:g} %; held {held:.4g}, "
+                f"{'nothing failed' if not_held is None else f'not held {not_held:.4g}'}"
+                + (f", {undecided} undecided" if undecided else "")
+                + f"; saturation {self.saturation:.4g} req/s; {len(self.steps)} steps, "
+                  f"{sum(len(s.looks) for s in self.steps)} cells)")
 
 
-def search(saturation: float, probe, max_steps: int, tolerance: float = TOLERANCE) -> CapacitySearch:
-    """Run a whole search with ``probe(rate) -> Step`` (the runner runs a cell; tests script it)."""
-    state = CapacitySearch(saturation, max_steps, tolerance)
-    while (rate := state.next_rate()) is not None:
-        state.add(probe(rate))
-    return state
+def search_cells(search: CapacitySearch, cell_for: Callable[[Probe], Any], look_for: Callable[[Any, Any], Look]
+                 ) -> Generator[Any, Any, CapacitySearch]:
+    """The search's loop: yield ``cell_for(probe)`` for each probe, receive its result, add ``look_for(cell,
+    result)``; returns the finished search. The runner yields cells and sends their results; tests script them."""
+    while (probe := search.next_probe()) is not None:
+        cell = cell_for(probe)
+        result = yield cell
+        search.add(probe, look_for(cell, result))
+    return search
+
+
+def look_of(cell: Cell, results: list[RequestResult], summary: RunSummary | None, run_dir: Path) -> Look:
+    """What a capacity cell measured: the SLO attainment, lag, goodput and the trends of its queue."""
+    measured = [r for r in results if not r.warmup]
+    if summary is None or not measured:
+        return Look(0, 0, prefix=cell.prefix)
+    lag = summary.get("dispatch_lag", "p99")
+    times, level = backlog(results)
+    trends = [trend("backlog", times, level)]
+    monitor = cell.files(run_dir).monitor
+    if len(times) and monitor.is_file():
+        try:
+            frame = read_monitor(monitor)
+        except (MonitorError, ValueError):
+            frame = None
+        if frame is not None and "server_waiting" in frame.columns and frame["server_waiting"].notna().any():
+            inside = frame[(frame["timestamp"] >= times[0]) & (frame["timestamp"] <= times[-1])]
+            trends.append(trend("server waiting", inside["timestamp"], inside["server_waiting"]))
+    return Look(len(measured), sum(1 for r in measured if r.slo_ok), None if lag is None else lag * 1000.0,
+                trends, cell.prefix, summary.goodput)
+

@@ -56,8 +56,10 @@ class LoadOptions:
     monitor_interval: float = 0.5
 
     def requests_for(self, cell: Cell) -> int:
-        """Requests a cell sends: ``--requests``, and at least one per user in a closed loop."""
-        return self.requests if cell.rate is not None else max(self.requests, cell.concurrency)
+        """Requests a cell sends: its own count (a capacity step's later look), else ``--requests``, and at least
+        one per user in a closed loop."""
+        requests = cell.requests or self.requests
+        return requests if cell.rate is not None else max(requests, cell.concurrency)
 
 
 @dataclass

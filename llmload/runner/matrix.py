@@ -1,13 +1,14 @@
-"""The matrix loop: for each server, start it, run its cells (levels, sweeps, capacity searches), stop it; report.
+"""The run: every level, sweep and capacity search of every server as jobs, run in a fair order; then the report.
 
-Each server is started through :func:`llmload.targets.start_target` and
-measured alone. For each task and mode the runner runs the fixed cells
-(``--concurrency`` levels, ``--rates``, each ``--repeat`` times), then, with
-``--sweep`` or ``--find-capacity``, a saturation run (a closed loop at
-``--pool`` users) whose request throughput sets the sweep's rates and where
-the capacity search starts (:mod:`llmload.runner.capacity`). At the end the
-run folder is merged into ``report/`` (also after an interrupt, with what was
-measured).
+For each server, task and mode the runner makes one job per load level
+(``--concurrency``, ``--rates``: its ``--repeat`` repeats, or with
+``--target-ci`` as many as its headline intervals need, :mod:`.convergence`)
+and, with ``--sweep`` or ``--find-capacity``, one job that runs the saturation
+run (a closed loop at ``--pool`` users) and then starts the sweep's levels and
+the capacity search (:mod:`.capacity`). :mod:`.schedule` orders their cells
+(interleaved blocks by default), :mod:`.servers` starts and stops the servers
+they need, :mod:`.cell` runs each cell. At the end the run folder is merged
+into ``report/`` (also after an interrupt, with what was measured).
 """
 
 from __future__ import annotations
@@ -23,15 +24,20 @@ from pathlib import Path
 from llmload.core.model_store import ModelNotAvailable, resolve_model, served_model_name
 from llmload.core.paths import RESULTS_DIR, dataset_path
 from llmload.core.runfiles import Cell, append_capacity, append_cell, write_manifest
-from llmload.core.services import ServiceError
-from llmload.runner.capacity import CapacitySearch, Step
+from llmload.core.sequential import Budget
+from llmload.runner.capacity import CapacitySearch, look_of, search_cells
 from llmload.runner.cell import CellResult, CellRunner, LoadOptions
+from llmload.runner.convergence import HEADLINE, MIN_REPEATS, converged, half_widths, widths_text
 from llmload.runner.interrupts import Interrupted, StopSignal
 from llmload.runner.manifest import git_commit, machine, versions
-from llmload.runner.plan import Plan, sweep_rates
+from llmload.runner.options import step_requests
+from llmload.runner.plan import Plan, Point
 from llmload.runner.progress import Progress, cell_label, figures
-from llmload.targets import RunningTarget, Target, TargetSettings, get_kind, start_target
+from llmload.runner.schedule import Job, Order
+from llmload.runner.servers import RESERVE_GIB, ServerPool
+from llmload.targets import RunningTarget, Target, TargetSettings, get_kind
 from llmload.tasks import DatasetError, ensure_datasets
+from monitors.sampler import peak_usage, read_monitor
 from reports.merge import merge_run
 from server.engines.hf_model import check_local_model
 
@@ -62,8 +68,13 @@ class Runner:
         self.model_path: str | None = None
         self.datasets: dict[str, Path] = {}
         self.cells: CellRunner | None = None
-        self.current: RunningTarget | None = None
         self.progress = Progress(self.plan.cells_per_server() * len(self.targets), len(self.targets))
+        self.pool: ServerPool | None = None
+        self.order = Order(args.order, args.order_seed)
+        self.memory: dict = {}
+        self.sequence: list[dict] = []  # the cells in the order they ran (run.json)
+        self.convergence: list[dict] = []  # --target-ci: each level's outcome (run.json)
+        self.info: dict = {}
         self.recorded = 0
         self.recorded_servers: set[str] = set()
         self.failed_any = False
@@ -97,6 +108,12 @@ class Runner:
             except DatasetError as exc:
                 raise RunnerError(f"prompt sets: {exc}") from None
         self.cells = CellRunner(self.run_dir, load_options(args), self.datasets, self.stop, self.flags)
+        self.pool = ServerPool(self.targets, self.kinds, self.settings, self.run_dir, self.stop, self.progress,
+                               args.max_servers_up)
+        fit, need, room = self.pool.all_fit()
+        self.order = Order(args.order, args.order_seed, grouped=self.order.interleaved and not fit)
+        self.memory = {"estimated_gib": {t.name: round(self.pool.need_gib(t.name), 2) for t in self.targets},
+                       "available_gib": round(room + RESERVE_GIB, 1), "reserve_gib": RESERVE_GIB, "all_up": fit}
 
     def manifest(self) -> dict:
         args = self.args
@@ -115,6 +132,38 @@ class Runner:
             "versions": versions(), "machine": machine(), "git_commit": git_commit(),
         }
 
+    def write_manifest(self) -> None:
+        """``run.json`` with the order so far: the cells run, and each level's --target-ci outcome."""
+        order = {**asdict(self.order), "description": self.order.describe(), "max_servers_up": self.args.max_servers_up,
+                 "memory": self.memory, "server_starts": self.pool.starts if self.pool else 0, "cells": self.sequence}
+        info = {**self.info, "order": order}
+        if self.plan.target_ci is not None:
+            info["target_ci"] = {"pct": self.plan.target_ci, "headline": HEADLINE, "min_repeats":
+                                 max(self.plan.repeat, MIN_REPEATS), "max_repeats": self.plan.max_repeats,
+                                 "levels": self.convergence}
+        write_manifest(self.run_dir, info)
+
+    def header(self) -> str:
+        p = self.plan
+        levels = len(p.concurrency) + len(p.rates)
+        repeats = (f" x {p.repeat}-{p.max_repeats} repeats (until +-{p.target_ci:g} %)" if p.target_ci is not None
+                   else f" x {p.repeat} repeats" if p.repeat > 1 else "")
+        fit = self.memory.get("all_up")
+        started = [t.name for t in self.targets if self.pool and self.pool.started_here(t.name)]
+        servers = ("" if len(started) < 2 else
+                   f"; servers kept up together (about {sum(self.memory['estimated_gib'].values()):.1f} GiB of "
+                   f"{self.memory['available_gib']:.1f} GiB available)" if fit else
+                   "; servers started in turn, as memory allows")
+        return (f"run folder: {self.run_dir}\nmatrix: {len(self.targets)} server(s) x {len(p.tasks)} task(s) x "
+                f"{len(p.modes)} mode(s) x {levels} level(s){repeats}"
+                + (" + saturation run" if p.searches else "")
+                + (f" + {p.sweep}-rate sweep" if p.sweep else "")
+                + (f" + capacity search (at most {p.capacity_steps} steps of {p.capacity_looks} looks)"
+                   if p.find_capacity else "")
+                + f" = {self.progress.total} cells"
+                + (" at most" if p.find_capacity or p.target_ci is not None else "")
+                + f"\norder: {self.order.describe()}{servers}")
+
     # ------------------------------------------------------------------ the run
 
     def run(self) -> int:
@@ -122,25 +171,18 @@ class Runner:
         started = time.monotonic()
         try:
             self.prepare()
-            write_manifest(self.run_dir, self.manifest())
-            p = self.plan
-            levels = len(p.concurrency) + len(p.rates)
-            print(f"run folder: {self.run_dir}\nmatrix: {len(self.targets)} server(s) x {len(p.tasks)} task(s) x "
-                  f"{len(p.modes)} mode(s) x {levels} level(s)"
-                  + (f" x {p.repeat} repeats" if p.repeat > 1 else "")
-                  + (" + saturation run" if p.searches else "")
-                  + (f" + {p.sweep}-rate sweep" if p.sweep else "")
-                  + (f" + capacity search (at most {p.capacity_steps} steps)" if p.find_capacity else "")
-                  + f" = {self.progress.total} cells" + (" at most" if p.find_capacity else ""), flush=True)
-            for target in self.targets:
-                self.stop.check()
-                if self.halted:
-                    break
-                self.run_server(target)
+            self.info = self.manifest()
+            self.write_manifest()
+            print(self.header(), flush=True)
+            self.run_jobs(self.jobs())
         except Interrupted as exc:
             interrupted = exc
         finally:
-            self.stop_server()
+            if self.pool is not None:
+                self.pool.stop_all()
+            if self.info:
+                with self.stop.deferred():
+                    self.write_manifest()
         code = 1 if self.failed_any and self.args.on_error == "stop" else 0
         with self.stop.deferred():
             if self.recorded and not self.args.no_report:
@@ -166,73 +208,175 @@ class Runner:
         print(f"report: {path}", flush=True)
         return 0
 
-    def stop_server(self) -> None:
-        with self.stop.deferred():
-            current, self.current = self.current, None
-            if current is not None:
-                current.stop()
+    # ------------------------------------------------------------------ the jobs
 
-    # ------------------------------------------------------------------ one server
-
-    def run_server(self, target: Target) -> None:
-        kind = self.kinds[target.name]
+    def jobs(self) -> list[Job]:
+        """Every server's jobs, in the sequential order (server, task, mode; levels, then the searches)."""
         plan = self.plan
-        print(f"== {target.name}: {'using ' + target.url if target.url else 'starting ' + kind.name} ...", flush=True)
+        out = []
+        for target in self.targets:
+            for task, mode in plan.pairs():
+                out += [self.level_job(point) for point in plan.points(target.name, task, mode)]
+                if plan.searches:
+                    out.append(Job(target.name, self.search_steps(target.name, task, mode), plan.search_cells()))
+        return out
+
+    def level_job(self, point: Point) -> Job:
+        return Job(point.server, self.level_steps(point), self.plan.max_repeats)
+
+    def level_steps(self, point: Point):
+        """A level's repeats; with --target-ci they stop once its headline intervals are narrow enough."""
+        plan = self.plan
+        cells: list[Cell] = []
+        for k in range(plan.max_repeats):
+            cell = plan.cell(point, k)
+            yield cell
+            cells.append(cell)
+            if plan.target_ci is not None and k + 1 >= max(plan.repeat, MIN_REPEATS):
+                ok = [c for c in cells if c.status == "ok"]
+                widths = half_widths(self.run_dir, ok) if len(ok) >= MIN_REPEATS else {}
+                done = converged(widths, plan.target_ci)
+                if done or k + 1 == plan.max_repeats:
+                    self.convergence.append({"server": point.server, "task": point.task, "mode": point.mode,
+                                             "concurrency": point.concurrency, "rate": point.rate,
+                                             "phase": point.phase, "repeats": len(cells), "converged": done,
+                                             "half_widths": widths})
+                    print(f"   {cell_label(cell)}: " + ("converged" if done else "at its cap")
+                          + f" after {len(cells)} repeats ({widths_text(widths) or 'no repeat measured'}; "
+                            f"target +-{plan.target_ci:g} %)", flush=True)
+                    return None
+        return None
+
+    def search_steps(self, server: str, task: str, mode: str):
+        """The saturation run; then the sweep's levels and the capacity search, as new jobs."""
+        plan = self.plan
+        cell = plan.saturation_cell(server, task, mode)
+        result: CellResult = yield cell
+        saturation = (result.summary.request_throughput
+                      if result.summary is not None and cell.status == "ok" else 0.0)
+        if saturation <= 0:
+            print(f"   {server} {task} {mode}: no saturation throughput measured, so no sweep or capacity search",
+                  flush=True)
+            return []
+        jobs = [self.level_job(p) for p in plan.sweep_points(server, task, mode, saturation)] if plan.sweep else []
+        if plan.find_capacity:
+            jobs.append(Job(server, self.capacity_steps(server, task, mode, saturation), plan.capacity_cells))
+        return jobs
+
+    def capacity_steps(self, server: str, task: str, mode: str, saturation: float):
+        """The capacity search's cells; the search (finished or not) is appended to ``capacity.jsonl``."""
+        plan, args = self.plan, self.args
+        sizes = step_requests(args.requests, plan.capacity_looks)
+        search = CapacitySearch(saturation, args.slo_target, Budget(plan.capacity_steps, plan.capacity_looks),
+                                args.max_lag * 1000.0)
         try:
-            running = start_target(target, kind, self.settings, self.run_dir / target.name / "server.log")
-        except ServiceError as exc:
-            self.failed_any = True
-            first_line = str(exc).splitlines()[0]
-            print(f"   {target.name} failed to start: {first_line}", flush=True)
-            for task in plan.tasks:
-                for mode in plan.modes:
-                    for cell in plan.fixed_cells(target.name, task, mode) + (
-                            [plan.saturation_cell(target.name, task, mode)] if plan.searches else []):
-                        cell.status, cell.error = "skipped", f"server failed to start: {first_line}"
-                        self.record(cell)
-            self.progress.server_skipped(plan.cells_per_server())
-            if self.args.on_error == "stop":
-                self.halted = True
-            return
-        self.current = running
-        self.progress.server_started(running.ready_s)
+            yield from search_cells(
+                search, lambda probe: plan.step_cell(server, task, mode, probe.rate, probe.look, sizes[probe.look]),
+                lambda cell, result: look_of(cell, result.results, result.summary, self.run_dir))
+        finally:
+            with self.stop.deferred():
+                append_capacity(self.run_dir, search.entry(server, task, mode, args.slo))
+                print(f"   capacity {server} {task} {mode} under {args.slo.describe()} at {args.slo_target:g} %: "
+                      f"{search.describe()}", flush=True)
+        return []
+
+    # ------------------------------------------------------------------ running them
+
+    def run_jobs(self, jobs: list[Job]) -> None:
+        """Run blocks of the jobs' cells in :attr:`order` until every job has ended (or the run halts)."""
+        active: list[Job] = []
         try:
-            for task in plan.tasks:
-                for mode in plan.modes:
-                    for cell in plan.fixed_cells(target.name, task, mode):
-                        if self.run_cell(cell) is None and self.halted:
-                            return
-                    if plan.searches:
-                        self.run_searches(target.name, task, mode)
+            for job in jobs:
+                job.start()
+                active.append(job)
+            number = 0
+            while active and not self.halted:
+                number += 1
+                self.progress.expect_starts(self.expected_starts(active))
+                for job in self.order.block(active, number):
+                    self.stop.check()
                     if self.halted:
                         return
+                    self.run_job(job, number if self.order.interleaved else None, active)
+                self.release_idle(active)
         finally:
-            self.stop_server()
+            with self.stop.deferred():
+                for job in active:
+                    job.close()
+
+    def run_job(self, job: Job, block: int | None, active: list[Job]) -> None:
+        """Run the job's pending cell, hand it its result, and put what follows it into ``active``."""
+        cell = job.pending
+        assert cell is not None and self.pool is not None
+        cell.block = block
+        running = self.pool.get(cell.server)
+        if running is None:
+            self.skip(cell, self.pool.gone[cell.server])
+            job.close()
+            self.progress.shrink(job.planned - 1)
+            active.remove(job)
+            return
+        result = self.run_cell(cell, running)
+        if result is None:
+            return
+        children = job.advance(result)
+        if children is None:
+            return
+        self.progress.shrink(job.planned - sum(child.planned for child in children))
+        for child in children:
+            child.start()
+        at = active.index(job)
+        active[at:at + 1] = children if not self.order.interleaved else []
+        if self.order.interleaved:
+            active.extend(children)
+
+    def expected_starts(self, active: list[Job]) -> int:
+        """Server start-ups still to come: each server not yet up once, or (grouped blocks) once a block."""
+        assert self.pool is not None
+        servers = {job.server for job in active if job.server not in self.pool.gone}
+        waiting = [s for s in servers if s not in self.pool.up and self.pool.started_here(s)]
+        if not self.order.grouped:
+            return len(waiting)
+        return max((job.planned for job in active), default=0) * len(servers)
+
+    def release_idle(self, active: list[Job]) -> None:
+        """Stop the servers no job needs any more."""
+        assert self.pool is not None
+        busy = {job.server for job in active}
+        for name in [n for n in self.pool.up if n not in busy]:
+            self.pool.stop_server(name)
 
     def record(self, cell: Cell) -> None:
         append_cell(self.run_dir, cell)
         self.recorded += 1
         self.recorded_servers.add(cell.server)
 
-    def run_cell(self, cell: Cell) -> CellResult | None:
-        """Run one cell and print its progress line; None when it could not run (or the run halted)."""
+    def skip(self, cell: Cell, why: str) -> None:
+        """Record a cell of a server that is gone as skipped."""
+        self.failed_any = True
+        cell.status, cell.error = "skipped", why
+        self.record(cell)
+        self.progress.cell_done(None)
+        print(f"{self.progress.counter()} {cell_label(cell, self.plan.max_repeats)}: skipped ({why}); "
+              f"{self.progress.left_text()}", flush=True)
+        if self.args.on_error == "stop":
+            self.halted = True
+
+    def run_cell(self, cell: Cell, running: RunningTarget) -> CellResult | None:
+        """Run one cell and print its progress line; None when the run halted before it."""
         self.stop.check()
         if self.halted:
             return None
-        label = f"{self.progress.counter()} {cell_label(cell, self.plan.repeat)}: "
-        if self.current is None or not self.current.alive():
-            cell.status, cell.error = "skipped", "server died earlier in the run"
-            self.record(cell)
-            self.progress.cell_done(None)
-            print(f"{label}skipped (server died); {self.progress.left_text()}", flush=True)
-            return None
-        assert self.cells is not None, "prepare() first"
-        result = self.cells.run(cell, self.current, label)
+        assert self.cells is not None and self.pool is not None, "prepare() first"
+        label = f"{self.progress.counter()} {cell_label(cell, self.plan.max_repeats)}: "
+        cell.order, cell.started = len(self.sequence) + 1, time.time()
+        result = self.cells.run(cell, running, label)
         self.recorded += 1
         self.recorded_servers.add(cell.server)
-        if cell.status == "ok" and not self.current.alive():
+        if cell.status == "ok" and not running.alive():
             cell.status, cell.error = "failed", "server died during the cell"
             append_cell(self.run_dir, cell)
+        self.note(cell)
         self.progress.cell_done(cell.wall_s)
         print(f"{figures(cell, result.summary, self.args.throughput_only)}; {self.progress.left_text()}", flush=True)
         if cell.status == "failed":
@@ -242,44 +386,16 @@ class Runner:
         self.stop.check()
         return result
 
-    # ------------------------------------------------------------------ sweeps and capacity
-
-    def run_searches(self, server: str, task: str, mode: str) -> None:
-        """The saturation run, then the sweep's rates and the capacity search of one task and mode."""
-        plan = self.plan
-        cell = plan.saturation_cell(server, task, mode)
-        result = self.run_cell(cell)
-        saturation = (result.summary.request_throughput
-                      if result is not None and result.summary is not None and cell.status == "ok" else 0.0)
-        if saturation <= 0:
-            self.progress.shrink(plan.search_cells() - 1)
-            if not self.halted:
-                print(f"   {server} {task} {mode}: no saturation throughput measured, so no sweep or capacity search",
-                      flush=True)
-            return
-        for rate in sweep_rates(saturation, plan.sweep) if plan.sweep else []:
-            for k in range(plan.repeat):
-                if self.run_cell(plan.cell(server, task, mode, plan.pool, rate=rate, repeat=k, phase="sweep")) is None \
-                        and self.halted:
-                    return
-        if plan.find_capacity:
-            self.find_capacity(server, task, mode, saturation)
-
-    def find_capacity(self, server: str, task: str, mode: str, saturation: float) -> CapacitySearch:
-        """Bisect over the rate from ``saturation``; append the search (finished or not) to ``capacity.jsonl``."""
-        plan, args = self.plan, self.args
-        search = CapacitySearch(saturation, plan.capacity_steps)
-        try:
-            while (rate := search.next_rate()) is not None:
-                cell = plan.cell(server, task, mode, plan.pool, rate=rate, phase="capacity")
-                result = self.run_cell(cell)
-                if result is None:
-                    break
-                search.add(Step.measured(rate, cell.prefix, result.summary, args.slo_target, args.max_lag))
-        finally:
-            self.progress.shrink(plan.capacity_steps - len(search.steps))
-            with self.stop.deferred():
-                append_capacity(self.run_dir, search.entry(server, task, mode, args.slo, args.slo_target))
-                print(f"   capacity {server} {task} {mode} under {args.slo.describe()} at {args.slo_target:g} %: "
-                      f"{search.describe()}", flush=True)
-        return search
+    def note(self, cell: Cell) -> None:
+        """Add the cell to the order in ``run.json``, and its server's measured memory to the pool."""
+        self.sequence.append({"order": cell.order, "block": cell.block, "prefix": cell.prefix,
+                              "started": dt.datetime.fromtimestamp(cell.started or 0).isoformat(timespec="seconds"),
+                              "wall_s": round(cell.wall_s, 2), "status": cell.status})
+        monitor = cell.files(self.run_dir).monitor
+        if monitor.is_file() and self.pool is not None:
+            try:
+                self.pool.note_peak(cell.server, peak_usage(read_monitor(monitor)).get("peak_server_rss_mib"))
+            except ValueError:
+                pass
+        with self.stop.deferred():
+            self.write_manifest()

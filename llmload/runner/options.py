@@ -17,7 +17,9 @@ from llmload.core.cliargs import slo as slo_type
 from llmload.core.cost import prices
 from llmload.core.metrics import APIS, MODES, SLO
 from llmload.tasks import default_task_names, task_names
+from llmload.core.sequential import CONFIDENCE, Budget, requests_to_hold
 from llmload.loadgen.options import ARRIVALS
+from llmload.runner.schedule import ORDERS
 from llmload.targets import DEFAULT_BASELINE, KINDS, targets_type
 from server.settings import DTYPES
 
@@ -32,19 +34,28 @@ DEFAULT_ARRIVAL = "poisson"
 DEFAULT_SLO_TARGET = 99.0
 DEFAULT_MAX_LAG_S = 0.5
 DEFAULT_CAPACITY_STEPS = 6
+DEFAULT_CAPACITY_LOOKS = 5
+DEFAULT_MAX_REPEATS = 5
 #: Seconds Locust gets to finish its users' requests once asked to stop (its ``--stop-timeout``).
 LOCUST_STOP_TIMEOUT_S = 10
 SLO_KEYS = SLO.KEYS
 
 
-percent = number(float, 0.0, inclusive=False, what="a percentage > 0 and <= 100")
+def percentage(include_100: bool):
+    """A type for a percentage above 0 and at most (``include_100``) or below 100."""
+    what = "a percentage > 0 and " + ("<= 100" if include_100 else "< 100")
+    above_zero = number(float, 0.0, inclusive=False, what=what)
+
+    def parse(text: str) -> float:
+        value = above_zero(text)
+        if value > 100 or (value == 100 and not include_100):
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
+        return value
+
+    return parse
 
 
-def percent_type(text: str) -> float:
-    value = percent(text)
-    if value > 100:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a percentage > 0 and <= 100")
-    return value
+percent_type = percentage(include_100=True)
 
 
 def build_parser() -> OneLineParser:
@@ -92,8 +103,15 @@ def build_parser() -> OneLineParser:
     matrix.add_argument("--api", choices=APIS, default="chat", help="API style: completion, chat or responses "
                         "(/v1/responses, the Responses API) (default: %(default)s)")
     matrix.add_argument("--repeat", type=positive_int, default=1, metavar="R",
-                        help="run every cell R times in a row (the report gives the spread across repeats; "
-                             "default: %(default)s)")
+                        help="run every cell R times, each repeat in its own block of the order (the report "
+                             "combines the repeats; with --target-ci: the fewest repeats; default: %(default)s)")
+    matrix.add_argument("--target-ci", type=percentage(include_100=False), default=None, metavar="PCT",
+                        help="repeat each level until the 95 %% intervals of its headline figures (output tok/s; "
+                             "TTFT p50 when streaming), over its repeats, are within +-PCT %% of their values, "
+                             "at least max(--repeat, 2) and at most --max-repeats times; converged levels drop out "
+                             "of the next blocks")
+    matrix.add_argument("--max-repeats", type=positive_int, default=None, metavar="N",
+                        help=f"with --target-ci: the most repeats of a level (default: {DEFAULT_MAX_REPEATS})")
     matrix.add_argument("--throughput-only", action="store_true",
                         help="request and token throughput per level only: sync requests, no per-token timing "
                              "(as the seed's option did)")
@@ -114,11 +132,16 @@ def build_parser() -> OneLineParser:
                            "throughput (needs --slo; written to capacity.jsonl with its bracket)")
     load.add_argument("--capacity-steps", type=positive_int, default=DEFAULT_CAPACITY_STEPS, metavar="N",
                       help="most rates one capacity search tries (default: %(default)s)")
+    load.add_argument("--capacity-looks", type=positive_int, default=DEFAULT_CAPACITY_LOOKS, metavar="N",
+                      help="most cells one capacity step runs before it decides: --requests, then as many again "
+                           "each time (the total doubles) while the step's attainment interval straddles "
+                           "--slo-target (default: %(default)s)")
     load.add_argument("--slo", type=slo_type, default=None, metavar="KEY=MS,...",
                       help=f"latency targets a request must all meet, keys {', '.join(SLO_KEYS)}, values in ms (or "
                            "500ms, 0.5s), e.g. ttft=500,e2e=4000; open-loop latencies count from the intended start")
     load.add_argument("--slo-target", type=percent_type, default=DEFAULT_SLO_TARGET, metavar="PCT",
-                      help="share of requests that must meet --slo for a rate to hold (default: %(default)s %%)")
+                      help="share of requests that must meet --slo for a rate to hold, shown with 95 %% "
+                           "confidence (default: %(default)s %%)")
     load.add_argument("--max-lag", type=duration("ms"), default=DEFAULT_MAX_LAG_S, metavar="MS",
                       help=f"dispatch lag p99 above which a capacity step fails: the load generator could not keep "
                            f"the schedule (default: {DEFAULT_MAX_LAG_S * 1000:g} ms)")
@@ -165,6 +188,16 @@ def build_parser() -> OneLineParser:
                          help="seconds to wait for vLLM to start (default: %(default)s)")
 
     run = p.add_argument_group("the run")
+    run.add_argument("--order", choices=ORDERS, default=ORDERS[0],
+                     help="interleaved: blocks of one repeat of every level of every server, each block in a "
+                          "random order drawn from --order-seed, so that drift over time spreads over every "
+                          "server; sequential: each server in turn, each level's repeats in a row (default: "
+                          "%(default)s)")
+    run.add_argument("--order-seed", type=non_negative_int, default=0, metavar="N",
+                     help="seed of the interleaved order (default: %(default)s)")
+    run.add_argument("--max-servers-up", type=non_negative_int, default=0, metavar="N",
+                     help="most started servers up at once (default: 0 = as many as the memory holds; 1 = one "
+                          "at a time, each block's cells grouped by server)")
     run.add_argument("--cell-timeout", type=positive_float, default=600.0, metavar="S",
                      help="seconds after which one Locust cell is stopped and marked failed (default: %(default)s)")
     run.add_argument("--on-error", choices=("continue", "stop"), default="continue",
@@ -221,6 +254,39 @@ def resolve(args: argparse.Namespace, parser: argparse.ArgumentParser | None = N
         fail("--find-capacity needs --slo, the targets a rate must hold (e.g. --slo ttft=500,e2e=4000)")
     if args.burstiness is not None and args.arrival != "gamma":
         fail(f"--burstiness applies to --arrival gamma only (got --arrival {args.arrival})")
+    if args.max_repeats is not None and args.target_ci is None:
+        fail("--max-repeats applies with --target-ci only (without it every level runs --repeat times)")
+    if args.target_ci is not None:
+        args.max_repeats = args.max_repeats or max(DEFAULT_MAX_REPEATS, args.repeat)
+        fewest = max(args.repeat, 2)
+        if args.max_repeats < fewest:
+            fail(f"--max-repeats {args.max_repeats} must be at least {fewest}: --target-ci judges a level on "
+                 f"max(--repeat, 2) repeats at least")
+    if args.find_capacity:
+        problem = capacity_size_problem(args)
+        if problem:
+            fail(problem)
     if args.pool is None:
         args.pool = args.requests
     return args
+
+
+def step_requests(requests: int, looks: int) -> list[int]:
+    """Requests each look of a capacity step sends: --requests, then as many as all before it."""
+    return [requests * 2 ** max(0, k - 1) for k in range(looks)]
+
+
+def capacity_size_problem(args: argparse.Namespace) -> str | None:
+    """Why no capacity step could ever hold at these settings (too few requests for --slo-target), or None."""
+    budget = Budget(args.capacity_steps, args.capacity_looks)
+    most = sum(n - args.warmup for n in step_requests(args.requests, args.capacity_looks))
+    need = requests_to_hold(args.slo_target, budget.alpha)
+    if need <= most:
+        return None
+    how = ("no number of requests can show it" if need == float("inf") else
+           f"it takes {need} measured requests, all meeting the SLO, and a step measures at most {most} "
+           f"(--requests {args.requests}, doubling over --capacity-looks {args.capacity_looks}"
+           + (f", less --warmup {args.warmup} per look)" if args.warmup else ")"))
+    return (f"--find-capacity: a step holds once its attainment is shown >= --slo-target {args.slo_target:g} % "
+            f"with {CONFIDENCE * 100:g} % confidence over {args.capacity_steps} steps x {args.capacity_looks} looks; "
+            f"{how}: raise --requests or --capacity-looks, or lower --slo-target")

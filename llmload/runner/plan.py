@@ -1,4 +1,4 @@
-"""What a run measures per server: the fixed cells (concurrency levels, offered rates) and the rate sweeps.
+"""What a run measures per server: the load levels and their repeats, the sweeps and the capacity searches.
 
 Cell file prefixes, relative to the run folder:
 
@@ -6,7 +6,9 @@ Cell file prefixes, relative to the run folder:
     <server>/<task>_<mode>_r<rate>[_rep<k>]            open loop, --rates
     <server>/sweep/<task>_<mode>_c<pool>               saturation run of a sweep (or of a capacity search)
     <server>/sweep/<task>_<mode>_r<rate>[_rep<k>]      the sweep's rates
-    <server>/capacity/<task>_<mode>_r<rate>            the capacity search's steps
+    <server>/capacity/<task>_<mode>_r<rate>[_look<k>]  the capacity search's steps (a later look: more requests)
+
+``_rep<k>`` appears when a cell may run more than once (``--repeat`` above 1, or ``--target-ci``).
 """
 
 from __future__ import annotations
@@ -31,8 +33,24 @@ def cell_prefix(server: str, task: str, mode: str, concurrency: int, rate: float
                 repeats: int = 1, phase: str = "matrix") -> str:
     """The file prefix of one cell (see the module docstring)."""
     level = f"c{concurrency}" if rate is None else f"r{rate:g}"
-    name = f"{task}_{mode}_{level}" + (f"_rep{repeat + 1}" if repeats > 1 else "")
+    if phase == "capacity":
+        suffix = f"_look{repeat + 1}" if repeat else ""
+    else:
+        suffix = f"_rep{repeat + 1}" if repeats > 1 else ""
+    name = f"{task}_{mode}_{level}{suffix}"
     return f"{server}/{name}" if phase == "matrix" else f"{server}/{phase}/{name}"
+
+
+@dataclass(frozen=True)
+class Point:
+    """One load level of one server, task and mode, whose cells repeat: a matrix level or a sweep's rate."""
+
+    server: str
+    task: str
+    mode: str
+    concurrency: int
+    rate: float | None = None
+    phase: str = "matrix"
 
 
 @dataclass(frozen=True)
@@ -43,47 +61,70 @@ class Plan:
     modes: tuple[str, ...]
     concurrency: tuple[int, ...]
     rates: tuple[float, ...]
-    repeat: int
+    repeat: int  # repeats of every level (with target_ci: the fewest)
     pool: int
     sweep: int  # rates in the sweep (0: no sweep)
     find_capacity: bool
     capacity_steps: int
+    capacity_looks: int = 1
+    target_ci: float | None = None  # percent: a level repeats until its headline half-widths are within it
+    max_repeats: int = 1  # with target_ci: the cap on its repeats
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> "Plan":
         return cls(tasks=tuple(args.tasks), modes=tuple(args.modes), concurrency=tuple(args.concurrency),
                    rates=tuple(round_rate(r) for r in args.rates or ()), repeat=args.repeat, pool=args.pool,
-                   sweep=args.sweep or 0, find_capacity=args.find_capacity, capacity_steps=args.capacity_steps)
+                   sweep=args.sweep or 0, find_capacity=args.find_capacity, capacity_steps=args.capacity_steps,
+                   capacity_looks=args.capacity_looks, target_ci=args.target_ci,
+                   max_repeats=args.max_repeats if args.target_ci is not None else args.repeat)
 
     @property
     def searches(self) -> bool:
         """True when each (task, mode) first measures the saturation throughput."""
         return bool(self.sweep or self.find_capacity)
 
-    def cell(self, server: str, task: str, mode: str, concurrency: int, rate: float | None = None, repeat: int = 0,
-             phase: str = "matrix") -> Cell:
-        repeats = 1 if phase == "capacity" or (phase == "sweep" and rate is None) else self.repeat
-        return Cell(server, task, mode, concurrency, cell_prefix(server, task, mode, concurrency, rate, repeat,
-                                                                 repeats, phase),
-                    rate=rate, repeat=repeat, phase=phase)
+    @property
+    def capacity_cells(self) -> int:
+        """Most cells one capacity search runs (every step to its last look)."""
+        return self.capacity_steps * self.capacity_looks if self.find_capacity else 0
 
-    def fixed_cells(self, server: str, task: str, mode: str) -> list[Cell]:
-        """The cells known before anything runs: each level, each repeat in a row."""
-        cells = [self.cell(server, task, mode, c, repeat=k) for c in self.concurrency for k in range(self.repeat)]
-        cells += [self.cell(server, task, mode, self.pool, rate=r, repeat=k)
-                  for r in self.rates for k in range(self.repeat)]
-        return cells
+    def pairs(self) -> list[tuple[str, str]]:
+        return [(task, mode) for task in self.tasks for mode in self.modes]
+
+    def points(self, server: str, task: str, mode: str) -> list[Point]:
+        """The levels known before anything runs: each concurrency, each rate."""
+        return ([Point(server, task, mode, c) for c in self.concurrency]
+                + [Point(server, task, mode, self.pool, r) for r in self.rates])
+
+    def sweep_points(self, server: str, task: str, mode: str, saturation: float) -> list[Point]:
+        return [Point(server, task, mode, self.pool, r, "sweep") for r in sweep_rates(saturation, self.sweep)]
+
+    def cell(self, point: Point, repeat: int = 0) -> Cell:
+        """The ``repeat``-th cell of a level."""
+        p = point
+        return Cell(p.server, p.task, p.mode, p.concurrency,
+                    cell_prefix(p.server, p.task, p.mode, p.concurrency, p.rate, repeat, self.max_repeats, p.phase),
+                    rate=p.rate, repeat=repeat, phase=p.phase)
 
     def saturation_cell(self, server: str, task: str, mode: str) -> Cell:
         """The closed loop at ``pool`` users whose request throughput is the saturation rate."""
-        return self.cell(server, task, mode, self.pool, phase="sweep" if self.sweep else "capacity")
+        phase = "sweep" if self.sweep else "capacity"
+        return Cell(server, task, mode, self.pool, cell_prefix(server, task, mode, self.pool, phase=phase),
+                    phase=phase)
+
+    def step_cell(self, server: str, task: str, mode: str, rate: float, look: int, requests: int) -> Cell:
+        """One look at a capacity step: ``requests`` requests at ``rate``."""
+        return Cell(server, task, mode, self.pool,
+                    cell_prefix(server, task, mode, self.pool, rate, look, phase="capacity"), rate=rate,
+                    repeat=look, phase="capacity", requests=requests)
 
     def search_cells(self) -> int:
         """Most cells the sweep and capacity search of one (task, mode) run."""
         if not self.searches:
             return 0
-        return 1 + self.sweep * self.repeat + (self.capacity_steps if self.find_capacity else 0)
+        return 1 + self.sweep * self.max_repeats + self.capacity_cells
 
     def cells_per_server(self) -> int:
-        per_pair = (len(self.concurrency) + len(self.rates)) * self.repeat + self.search_cells()
+        """Most cells one server runs (every level to its cap, every capacity step to its last look)."""
+        per_pair = (len(self.concurrency) + len(self.rates)) * self.max_repeats + self.search_cells()
         return per_pair * len(self.tasks) * len(self.modes)

@@ -4,8 +4,9 @@
 
 The estimate (:meth:`Progress.time_left`) is the mean wall time of the cells
 run so far times the cells left, plus the mean server start-up so far times
-the servers still to start. A capacity search counts as its largest number of
-steps until it ends, so the total can shrink.
+the start-ups still expected. A level under ``--target-ci`` counts as its most
+repeats and a capacity search as its most cells until they end, so the total
+can shrink.
 """
 
 from __future__ import annotations
@@ -24,11 +25,11 @@ def level_text(cell: Cell) -> str:
 def cell_label(cell: Cell, repeats: int = 1) -> str:
     """``basic-batched qa stream c=8``, with the phase and the repeat where they tell cells apart."""
     label = f"{cell.server} {cell.task} {cell.mode} {level_text(cell)}"
-    if cell.phase == "sweep" and cell.rate is None:
+    if cell.phase in ("sweep", "capacity") and cell.rate is None:
         label += " (saturation)"
     elif cell.phase == "capacity":
-        label += " (capacity)"
-    if repeats > 1:
+        label += " (capacity" + (f", look {cell.repeat + 1})" if cell.repeat else ")")
+    if repeats > 1 and cell.phase != "capacity":
         label += f" #{cell.repeat + 1}"
     return label
 
@@ -72,10 +73,10 @@ def duration_text(seconds: float) -> str:
 class Progress:
     """Counts cells and server start-ups and estimates the time left (see the module docstring)."""
 
-    def __init__(self, total_cells: int, servers: int):
+    def __init__(self, total_cells: int, starts: int):
         self.total = total_cells
         self.done = 0
-        self.servers_left = servers
+        self.starts_left = starts
         self.cell_seconds: list[float] = []
         self.start_seconds: list[float] = []
 
@@ -85,12 +86,11 @@ class Progress:
 
     def server_started(self, seconds: float) -> None:
         self.start_seconds.append(seconds)
-        self.servers_left = max(0, self.servers_left - 1)
+        self.starts_left = max(0, self.starts_left - 1)
 
-    def server_skipped(self, cells: int) -> None:
-        """A server that did not start: its ``cells`` count as done."""
-        self.servers_left = max(0, self.servers_left - 1)
-        self.done += cells
+    def expect_starts(self, starts: int) -> None:
+        """Server start-ups still expected (the runner's estimate, given its order)."""
+        self.starts_left = max(0, starts)
 
     def cell_done(self, seconds: float | None) -> None:
         """One cell finished (``seconds`` of wall time) or was skipped (None)."""
@@ -99,7 +99,7 @@ class Progress:
             self.cell_seconds.append(seconds)
 
     def shrink(self, cells: int) -> None:
-        """``cells`` planned cells will not run (a capacity search ended early)."""
+        """``cells`` planned cells will not run (a level converged, a search ended early); negative: more will."""
         self.total = max(self.done, self.total - cells)
 
     def time_left(self) -> float | None:
@@ -108,7 +108,7 @@ class Progress:
             return None
         per_cell = sum(self.cell_seconds) / len(self.cell_seconds)
         per_start = sum(self.start_seconds) / len(self.start_seconds) if self.start_seconds else 0.0
-        return per_cell * (self.total - self.done) + per_start * self.servers_left
+        return per_cell * (self.total - self.done) + per_start * self.starts_left
 
     def left_text(self) -> str:
         left = self.time_left()

@@ -60,6 +60,10 @@ class TargetKind(ABC):
     def start_timeout(self, settings: TargetSettings) -> float:
         return settings.start_timeout
 
+    def memory_gib(self, settings: TargetSettings) -> float:
+        """Memory the server's process tree needs at its peak, before it has been measured (GiB; docs/runner.md)."""
+        return 2.5
+
 
 @dataclass(frozen=True)
 class Target:

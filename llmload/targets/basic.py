@@ -36,3 +36,7 @@ class BasicServer(TargetKind):
                 extra += ["--max-num-seqs", str(settings.max_num_seqs)]
         model = settings.model if self.needs_model else None
         return basic_server_command(self.engine, port, model=model, extra=[*extra, *settings.extra_args])
+
+    def memory_gib(self, settings: TargetSettings) -> float:
+        """The mock: a small Python process; the model engines: 1.1-2.4 GiB measured at 8 users (docs/runner.md)."""
+        return 0.3 if self.engine == "mock" else 2.5

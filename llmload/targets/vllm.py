@@ -32,3 +32,7 @@ class VLLMServer(TargetKind):
 
     def start_timeout(self, settings: TargetSettings) -> float:
         return settings.vllm_start_timeout
+
+    def memory_gib(self, settings: TargetSettings) -> float:
+        """Its preallocated KV cache plus about 5 GiB of engine, API server and weights on CPU (docs/runner.md)."""
+        return 5.0 + settings.kv_cache_gib

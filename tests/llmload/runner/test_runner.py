@@ -37,9 +37,17 @@ def test_mock_matrix_end_to_end(tmp_path):
     matches = [PROGRESS.match(line) for line in progress]
     assert all(matches), progress
     assert [m.group(1) for m in matches] == [str(i) for i in range(1, 9)] and {m.group(2) for m in matches} == {"8"}
-    assert progress[-1].startswith("[8/8] mock chat stream c=3: 5 req, 0 failed") and progress[-1].endswith("done")
+    assert progress[-1].startswith("[8/8] mock ") and progress[-1].endswith("done")
     assert all("left" in line for line in progress[:-1])
     info = json.loads((run_dir / "run.json").read_text())
+    # one block (one repeat) of the 8 cells in a seeded random order, which run.json and the lines agree on
+    order = info["order"]
+    assert (order["kind"], order["seed"], order["grouped"]) == ("interleaved", 0, False)
+    ran = [(c["order"], c["block"], c["prefix"], c["status"]) for c in order["cells"]]
+    assert [r[:2] for r in ran] == [(i, 1) for i in range(1, 9)] and {r[3] for r in ran} == {"ok"}
+    assert [f"mock/{m.group(4)}_{m.group(5)}_c{m.group(6)}" for m in matches] == [r[2] for r in ran]
+    sequential = [f"mock/{t}_{m}_c{c}" for t in ("qa", "chat") for m in ("sync", "stream") for c in (1, 3)]
+    assert sorted(r[2] for r in ran) == sorted(sequential) and [r[2] for r in ran] != sequential
     assert info["settings"]["requests"] == 5 and info["versions"]["locust"]
     assert info["baseline"] is None and info["servers"] == [{"name": "mock", "kind": "mock", "url": None,
                                                                  "prefix_caching": None}]

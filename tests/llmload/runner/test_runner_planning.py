@@ -1,4 +1,4 @@
-"""The runner's planning, capacity search and progress estimate, on scripted inputs (no servers)."""
+"""The runner's planning, order, Locust command and progress estimate, on scripted inputs (no servers)."""
 
 from __future__ import annotations
 
@@ -6,72 +6,12 @@ import pytest
 
 from llmload.core.metrics import SLO, RequestResult, summarize
 from llmload.core.runfiles import Cell
-from llmload.runner.capacity import TOLERANCE, CapacitySearch, Step, search
 from llmload.runner.cell import CellRunner, LoadOptions, slo_argument, with_slo
 from llmload.runner.cli import parse_args
+from llmload.runner.options import step_requests
 from llmload.runner.plan import Plan, cell_prefix, round_rate, sweep_rates
 from llmload.runner.progress import Progress, cell_label, duration_text, figures
-
-
-def scripted(capacity: float, calls: list[float]):
-    """A probe whose rates hold up to ``capacity`` (attainment 100 %) and fail above it (50 %)."""
-    def probe(rate: float) -> Step:
-        calls.append(rate)
-        held = rate <= capacity
-        return Step(rate, 100.0 if held else 50.0, rate, 1.0, f"s/capacity/qa_stream_r{rate:g}", held)
-    return probe
-
-
-@pytest.mark.parametrize("capacity, saturation", [(7.3, 10.0), (2.0, 10.0), (9.99, 10.0), (0.9, 10.0)])
-def test_bisection_brackets_the_capacity_within_its_bounded_steps(capacity, saturation):
-    calls: list[float] = []
-    state = search(saturation, scripted(capacity, calls), max_steps=8)
-    low, high = state.bracket
-    assert 1 <= len(calls) <= 8 and len(calls) == len(set(calls))  # bounded, never the same rate twice
-    assert calls[0] == saturation
-    assert low <= capacity < high  # the true capacity lies in the bracket
-    assert state.capacity == low and low > 0
-    assert high - low <= max(TOLERANCE * high, saturation / 2 ** (len(calls) - 1) + 0.01)  # halved each step
-    entry = state.entry("s", "qa", "stream", SLO(e2e=1.0), 99.0)
-    assert entry["capacity_rps"] == low and entry["bracket"] == [low, high] and entry["saturation_rps"] == saturation
-    assert [s["rate"] for s in entry["steps"]] == calls
-    assert set(entry["steps"][0]) == {"rate", "attainment", "goodput", "lag_p99_ms", "prefix"}
-    assert entry["slo"] == {"e2e": 1000.0} and entry["slo_target"] == 99.0
-
-
-def test_a_server_that_holds_beyond_saturation_doubles_the_rate_and_says_no_rate_failed():
-    calls: list[float] = []
-    state = search(4.0, scripted(100.0, calls), max_steps=3)
-    assert calls == [4.0, 8.0, 16.0] and state.bracket == [16.0, None] and state.capacity == 16.0
-
-
-def test_a_server_that_holds_nothing_has_no_capacity():
-    calls: list[float] = []
-    state = search(4.0, scripted(0.0, calls), max_steps=4)
-    assert calls == [4.0, 2.0, 1.0, 0.5] and state.capacity is None and state.bracket == [0.0, 0.5]
-    assert "none held" in state.describe()
-
-
-def test_a_step_holds_on_attainment_and_lag():
-    def summary(ok: int, lag: float | None):
-        results = [RequestResult(f"r{i}", "qa", "chat", "stream", start_time=100.0 + i, end_offset=0.1,
-                                 token_offsets=[0.05, 0.1], output_tokens=2, slo_ok=i < ok,
-                                 intended_start=None if lag is None else 100.0 + i - lag) for i in range(10)]
-        return summarize(results)
-
-    assert Step.measured(2.0, "p", summary(10, 0.01), 99.0, 0.5).held
-    assert not Step.measured(2.0, "p", summary(9, 0.01), 99.0, 0.5).held  # 90 % < 99 %
-    assert Step.measured(2.0, "p", summary(9, 0.01), 90.0, 0.5).held
-    lagging = Step.measured(2.0, "p", summary(10, 0.8), 99.0, 0.5)
-    assert not lagging.held and lagging.lag_p99_ms == pytest.approx(800.0)  # the schedule slipped
-    assert not Step.measured(2.0, "p", None, 99.0, 0.5).held  # nothing measured
-
-
-def test_the_search_stops_when_rounding_leaves_no_new_rate():
-    state = CapacitySearch(saturation=1.0, max_steps=50, tolerance=0.0)
-    while (rate := state.next_rate()) is not None:
-        state.add(Step(rate, 0.0, 0.0, None, "p", held=rate <= 0.7))
-    assert len(state.steps) < 50 and state.low <= 0.7 < state.high
+from llmload.runner.schedule import Job, Order
 
 
 def test_sweep_rates_are_evenly_spaced_up_to_saturation():
@@ -85,7 +25,7 @@ def test_plan_cells_prefixes_and_counts():
                        "--rates", "2.5", "--repeat", "2", "--sweep", "3", "--find-capacity", "--slo", "e2e=500",
                        "--pool", "6", "--capacity-steps", "5"])
     plan = Plan.from_args(args)
-    cells = plan.fixed_cells("mock", "qa", "stream")
+    cells = [plan.cell(point, k) for point in plan.points("mock", "qa", "stream") for k in range(plan.repeat)]
     assert [c.prefix for c in cells] == ["mock/qa_stream_c1_rep1", "mock/qa_stream_c1_rep2", "mock/qa_stream_c4_rep1",
                                          "mock/qa_stream_c4_rep2", "mock/qa_stream_r2.5_rep1",
                                          "mock/qa_stream_r2.5_rep2"]
@@ -93,8 +33,16 @@ def test_plan_cells_prefixes_and_counts():
     saturation = plan.saturation_cell("mock", "qa", "stream")
     assert (saturation.prefix, saturation.concurrency, saturation.rate, saturation.phase) == (
         "mock/sweep/qa_stream_c6", 6, None, "sweep")
-    assert plan.search_cells() == 1 + 3 * 2 + 5 and plan.cells_per_server() == 6 + 12
+    # a capacity search runs at most 5 steps of 5 looks (the default --capacity-looks)
+    assert plan.search_cells() == 1 + 3 * 2 + 5 * 5 and plan.cells_per_server() == 6 + 32
     assert cell_prefix("s", "chat", "sync", 4, rate=3.0, phase="capacity") == "s/capacity/chat_sync_r3"
+    look = plan.step_cell("s", "chat", "sync", 3.0, look=2, requests=96)
+    assert (look.prefix, look.repeat, look.requests, look.concurrency) == ("s/capacity/chat_sync_r3_look3", 2, 96, 6)
+    assert step_requests(48, 5) == [48, 48, 96, 192, 384]
+    # with --target-ci a level may repeat up to --max-repeats, so its files carry _rep even from the first
+    ci = Plan.from_args(parse_args(["--servers", "mock", "--concurrency", "2", "--target-ci", "10"]))
+    assert (ci.repeat, ci.max_repeats) == (1, 5)
+    assert ci.cell(ci.points("mock", "qa", "stream")[0]).prefix == "mock/qa_stream_c2_rep1"
 
 
 def test_locust_command_of_closed_and_open_cells(tmp_path):
@@ -125,7 +73,7 @@ def test_the_runner_applies_the_slo_where_the_load_generator_did_not():
 
 
 def test_time_left_counts_cells_and_server_start_ups():
-    progress = Progress(total_cells=10, servers=2)
+    progress = Progress(total_cells=10, starts=2)
     assert progress.counter() == "[1/10]" and progress.time_left() is None
     progress.server_started(30.0)
     for seconds in (4.0, 6.0):
@@ -136,7 +84,9 @@ def test_time_left_counts_cells_and_server_start_ups():
     assert progress.counter() == "[4/10]" and progress.time_left() == pytest.approx(5.0 * 7 + 30.0)
     progress.shrink(3)  # a capacity search that ended early
     assert progress.total == 7 and progress.time_left() == pytest.approx(5.0 * 4 + 30.0)
-    progress.server_skipped(4)
+    progress.expect_starts(0)
+    for _ in range(4):
+        progress.cell_done(None)
     assert progress.done == 7 and progress.left_text() == "done"
     assert [duration_text(s) for s in (40, 14 * 60, 2 * 3600 + 300)] == ["40 s", "14 min", "2 h 05 min"]
 
@@ -152,7 +102,39 @@ def test_progress_lines_name_the_cell_and_its_figures():
     assert cell_label(cell) == "basic-batched qa stream rate=2/s pool=8"
     assert cell_label(Cell("s", "qa", "sync", 4, "p", repeat=1), repeats=3) == "s qa sync c=4 #2"
     assert cell_label(Cell("s", "qa", "sync", 4, "p", phase="sweep")) == "s qa sync c=4 (saturation)"
+    assert cell_label(Cell("s", "qa", "sync", 4, "p", phase="capacity")) == "s qa sync c=4 (saturation)"
+    step = Cell("s", "qa", "sync", 4, "p", rate=2.0, repeat=1, phase="capacity")
+    assert cell_label(step, repeats=3) == "s qa sync rate=2/s pool=4 (capacity, look 2)"
     throughput = figures(Cell("s", "qa", "sync", 1, "p", status="ok"), summarize(results), throughput_only=True)
     assert "req/s" in throughput and "E2E" not in throughput
     failed = Cell("s", "qa", "sync", 1, "p", status="failed", error="all 2 requests failed: boom", wall_s=3)
     assert figures(failed, None) == "FAILED: all 2 requests failed: boom (3s)"
+
+
+def jobs_of(servers: dict[str, int]) -> list[Job]:
+    """``n`` one-cell jobs per server (the order only looks at their servers)."""
+    def one(server: str, i: int):
+        yield Cell(server, "qa", "stream", i, f"{server}/{i}")
+
+    return [Job(server, one(server, i), 1) for server, n in servers.items() for i in range(n)]
+
+
+def test_interleaved_blocks_are_seeded_permutations_of_every_job():
+    jobs = jobs_of({"a": 4, "b": 4, "c": 4})
+    order = Order("interleaved", seed=5)
+    first, second = order.block(jobs, 1), order.block(jobs, 2)
+    assert sorted(map(id, first)) == sorted(map(id, jobs)) == sorted(map(id, second))  # every job once
+    assert first == Order("interleaved", seed=5).block(jobs, 1)  # the seed and the block number fix it
+    assert first != second and first != Order("interleaved", seed=6).block(jobs, 1)
+    servers = "".join(job.server for job in first)
+    assert any(servers[i] != servers[i + 1] for i in range(len(servers) - 1)) and servers != "aaaabbbbcccc"
+
+
+def test_grouped_blocks_keep_each_servers_cells_together_and_sequential_runs_one_job_at_a_time():
+    jobs = jobs_of({"a": 3, "b": 3, "c": 3})
+    for number in range(1, 6):
+        servers = "".join(job.server for job in Order("interleaved", 1, grouped=True).block(jobs, number))
+        assert sorted(servers) == list("aaabbbccc")
+        assert sum(servers[i] != servers[i + 1] for i in range(8)) == 2  # three runs: one start per server
+    assert Order("sequential").block(jobs, 1) == jobs[:1]
+    assert "seed 1" in Order("interleaved", 1).describe() and "sequential" in Order("sequential").describe()

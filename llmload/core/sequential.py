@@ -1,0 +1,225 @@
+"""The capacity search's decisions: SLO attainment with exact bounds, over-saturation by a trend test, and the
+capacity's interval from the decisions (docs/statistics.md, "Capacity").
+
+A step (one offered rate) is looked at after each of its cells. At a look, the
+attainment ``met`` of ``n`` requests gets one-sided Clopper-Pearson bounds at
+level ``1 - alpha`` each; the step *holds* when the lower bound is at or above
+the target (and no over-saturation test fires, and the dispatch lag kept to its
+limit), *fails* when the upper bound is below the target or a trend test says
+the queue grows, and is *undecided* otherwise (more requests are sent).
+
+Over-saturation: the backlog (requests due by their schedule and not yet ended:
+the client's queue plus the server's in-flight and waiting requests) sampled at
+each request's intended start, and the server's own ``waiting`` series where
+the monitor has it, are averaged in :data:`TREND_BINS` equal spans of time; the
+Mann-Kendall test (Kendall's tau of the bin means against time, one-sided) says
+whether they grow, and the Theil-Sen slope how much over the step. Averaging in
+bins makes the bin means close to independent, which the test assumes.
+
+Error budget (:class:`Budget`): a wrong decision is a hold at a rate above the
+capacity or a failure at one below it. Each test at each look gets
+``alpha = (1 - confidence) / (steps x looks x tests)``, so by the union bound
+all the decisions of a search are right with probability at least
+``confidence``, and then the capacity lies between the highest rate that held
+and the lowest that failed: that bracket is the capacity's interval.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Iterable, Sequence
+
+import numpy as np
+from scipy import stats as scipy_stats
+
+from llmload.core.metrics import RequestResult
+
+CONFIDENCE = 0.95
+#: Equal spans of time a step's series is averaged in before the trend test.
+TREND_BINS = 10
+#: A series must grow by at least this much over the step (Theil-Sen slope x its span) to count as growing:
+#: a backlog that grows by less than one request over a whole step is no queue.
+MIN_GROWTH = 1.0
+#: The tests at each look that can fail a step: the attainment's upper bound, and the trend of the backlog and of
+#: the server's waiting requests.
+TESTS_PER_LOOK = 3
+HELD, FAILED, UNDECIDED = "held", "failed", "undecided"
+
+
+def attainment_bounds(met: int, n: int, alpha: float) -> tuple[float, float]:
+    """One-sided Clopper-Pearson bounds of a share ``met / n`` in percent, each at level ``1 - alpha``."""
+    if n <= 0:
+        return 0.0, 100.0
+    low = 0.0 if met <= 0 else float(scipy_stats.beta.ppf(alpha, met, n - met + 1))
+    high = 1.0 if met >= n else float(scipy_stats.beta.ppf(1.0 - alpha, met + 1, n - met))
+    return 100.0 * low, 100.0 * high
+
+
+def requests_to_hold(target: float, alpha: float) -> float:
+    """The fewest requests, all meeting the SLO, whose lower bound reaches ``target`` % (inf for 100 %)."""
+    if target >= 100.0:
+        return math.inf
+    return math.ceil(math.log(alpha) / math.log(target / 100.0))
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How the search's error probability ``1 - confidence`` is split over its steps, looks and tests."""
+
+    steps: int
+    looks: int
+    confidence: float = CONFIDENCE
+    tests: int = TESTS_PER_LOOK
+
+    @property
+    def alpha(self) -> float:
+        """The level of each test at each look."""
+        return (1.0 - self.confidence) / (self.steps * self.looks * self.tests)
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "alpha": self.alpha}
+
+
+# --------------------------------------------------------------------------- over-saturation
+
+
+@dataclass(frozen=True)
+class Trend:
+    """The trend of one series through a look: Mann-Kendall's one-sided p-value and the Theil-Sen growth."""
+
+    series: str
+    p_value: float | None  # None: too few bins to test
+    growth: float | None  # Theil-Sen slope x the span: how much the series grew over the look
+    slope: float | None = None  # per second
+    bins: int = 0
+
+    def growing(self, alpha: float) -> bool:
+        return (self.p_value is not None and self.p_value < alpha and self.growth is not None
+                and self.growth >= MIN_GROWTH)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Trend":
+        return cls(**{k: data.get(k) for k in ("series", "p_value", "growth", "slope", "bins")})
+
+
+def trend(series: str, times: Sequence[float], values: Sequence[float], bins: int = TREND_BINS) -> Trend:
+    """Mann-Kendall and Theil-Sen on the means of ``values`` in ``bins`` equal spans of ``times``."""
+    t = np.asarray(times, dtype=float)
+    v = np.asarray(values, dtype=float)
+    keep = np.isfinite(t) & np.isfinite(v)
+    t, v = t[keep], v[keep]
+    if t.size < 2 * bins or t.max() <= t.min():
+        return Trend(series, None, None)
+    edges = np.linspace(t.min(), t.max(), bins + 1)
+    index = np.clip(np.searchsorted(edges, t, side="right") - 1, 0, bins - 1)
+    counts = np.bincount(index, minlength=bins)
+    filled = counts > 0
+    means = np.bincount(index, weights=v, minlength=bins)[filled] / counts[filled]
+    centres = ((edges[:-1] + edges[1:]) / 2)[filled]
+    if means.size < 4:
+        return Trend(series, None, None, bins=int(means.size))
+    if np.ptp(means) == 0:
+        return Trend(series, 1.0, 0.0, 0.0, int(means.size))
+    p_value = float(scipy_stats.kendalltau(centres, means, alternative="greater").pvalue)
+    slope = float(scipy_stats.theilslopes(means, centres).slope)
+    return Trend(series, p_value, slope * float(t.max() - t.min()), slope, int(means.size))
+
+
+def backlog(results: Iterable[RequestResult]) -> tuple[np.ndarray, np.ndarray]:
+    """(times, backlog): at each request's intended start, the requests due by then that had not ended.
+
+    The series starts once the first requests could have ended (the schedule's start plus the median
+    request time), so that the ramp from an empty system is not read as growth. Closed-loop results
+    (no intended start) give empty arrays.
+    """
+    rows = np.array([(r.intended_start, r.start_time + r.end_offset) for r in results
+                     if r.intended_start is not None], dtype=float).reshape(-1, 2)
+    if not len(rows):
+        return np.array([]), np.array([])
+    due, ends = np.sort(rows[:, 0]), np.sort(rows[:, 1])
+    level = np.searchsorted(due, due, side="right") - np.searchsorted(ends, due, side="right")
+    settled = due >= due[0] + float(np.median(rows[:, 1] - rows[:, 0]))
+    return due[settled], level[settled].astype(float)
+
+
+# --------------------------------------------------------------------------- decisions
+
+
+@dataclass
+class Look:
+    """What one cell of a step measured."""
+
+    requests: int
+    met: int
+    lag_p99_ms: float | None = None
+    trends: list[Trend] = field(default_factory=list)
+    prefix: str = ""
+    goodput: float | None = None
+
+    def record(self) -> dict:
+        return {"requests": self.requests, "met": self.met, "lag_p99_ms": self.lag_p99_ms,
+                "goodput": self.goodput, "prefix": self.prefix, "trends": [asdict(t) for t in self.trends]}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Look":
+        return cls(int(data.get("requests") or 0), int(data.get("met") or 0), data.get("lag_p99_ms"),
+                   [Trend.from_dict(t) for t in data.get("trends") or []], data.get("prefix", ""),
+                   data.get("goodput"))
+
+
+def decide(looks: Sequence[Look], target: float, alpha: float, max_lag_ms: float | None
+           ) -> tuple[str, str, tuple[float, float]]:
+    """(decision, why, attainment bounds) of a step from its looks so far (see the module docstring)."""
+    met, n = sum(x.met for x in looks), sum(x.requests for x in looks)
+    low, high = attainment_bounds(met, n, alpha)
+    if n == 0:
+        return FAILED, "nothing measured", (low, high)
+    for look in looks:
+        if max_lag_ms is not None and look.lag_p99_ms is not None and look.lag_p99_ms > max_lag_ms:
+            return FAILED, f"dispatch lag p99 {look.lag_p99_ms:.0f} ms > {max_lag_ms:g} ms", (low, high)
+        for t in look.trends:
+            if t.growing(alpha):
+                return (FAILED, f"{t.series} grows by {t.growth:.1f} over a look (Mann-Kendall p={t.p_value:.2g})",
+                        (low, high))
+    if high < target:
+        return FAILED, f"attainment <= {high:.1f} % < {target:g} %", (low, high)
+    if low >= target:
+        return HELD, f"attainment >= {low:.1f} %", (low, high)
+    return UNDECIDED, f"attainment in [{low:.1f}, {high:.1f}] % around {target:g} %", (low, high)
+
+
+def bracket(steps: Iterable[tuple[float, str]]) -> tuple[float, float | None, float | None]:
+    """(highest rate held or 0, lowest rate above it that failed, lowest rate above it not held) of
+    (rate, decision) pairs; None where there is none."""
+    steps = list(steps)
+    low = max((r for r, d in steps if d == HELD), default=0.0)
+    failed = min((r for r, d in steps if d == FAILED and r > low), default=None)
+    not_held = min((r for r, d in steps if d != HELD and r > low), default=None)
+    return low, failed, not_held
+
+
+def capacity_estimate(steps: Iterable[tuple[float, str]]) -> tuple[float | None, float, float | None]:
+    """(value, interval low, interval high) from (rate, decision) pairs.
+
+    The interval is [highest held, lowest failed] (high None: no rate failed); the value is the middle
+    of [highest held, lowest not held], undecided steps counting as not held (None when none held).
+    """
+    low, failed, not_held = bracket(steps)
+    if low <= 0:
+        return None, 0.0, failed
+    return (low if not_held is None else (low + not_held) / 2), low, failed
+
+
+def interval_at(entry: dict, confidence: float) -> tuple[float, float | None]:
+    """A ``capacity.jsonl`` search's interval at another confidence, its steps decided again at that level."""
+    rule = entry.get("budget") or {}
+    budget = Budget(int(rule.get("steps") or 1), int(rule.get("looks") or 1), confidence,
+                    int(rule.get("tests") or TESTS_PER_LOOK))
+    target = float(entry.get("slo_target") or 0.0)
+    lag = entry.get("max_lag_ms")
+    decided = [(float(s["rate"]), decide([Look.from_dict(x) for x in s.get("looks") or []], target, budget.alpha,
+                                         lag)[0])
+               for s in entry.get("steps") or [] if s.get("rate") is not None]
+    _, low, high = capacity_estimate(decided)
+    return low, high
