@@ -12,10 +12,13 @@ model's budget counts them); ``tokens_per_chunk`` tokens go out together, each
 group when its last token is due.
 
 With ``slots`` K > 0 it is a server of known capacity: at most K requests
-generate at once, the others wait in a FIFO queue, and a request's schedule
-starts when it gets a slot. Every request then holds a slot for its service
-time S = ttft + (max_tokens - 1) x itl, so with constant arrivals of one
-length the server holds exactly K / S requests/s (the runner's capacity test).
+generate at once and the others wait, first come first served. Each slot keeps
+the time its current request's schedule ends; an arriving request takes the
+slot that frees first and starts at that time (or at once), so every request
+holds a slot for exactly its service time S = ttft + (max_tokens - 1) x itl,
+with no drift from the event loop, and with constant arrivals of one length
+the server holds exactly K / S requests/s (the runner's capacity test). A
+request cancelled while it waits keeps its slot until its scheduled end.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ class MockEngine(Engine):
         self.running = 0  # generations in flight (``/health``), so tests can see a cancellation
         self.slots = slots  # 0: no limit
         self.waiting = 0  # requests queued for a slot
-        self._slots: asyncio.Semaphore | None = None  # made in the server's event loop (FIFO: asyncio's is fair)
+        self._free_at = [0.0] * slots  # per slot: when its last scheduled request ends (perf_counter seconds)
 
     def start(self) -> None:
         pass
@@ -66,15 +69,18 @@ class MockEngine(Engine):
 
     async def generate(self, request_id: str, prompt: PreparedPrompt,
                        params: SamplingParams) -> AsyncIterator[GenerationDelta]:
-        if self.slots:
-            if self._slots is None:
-                self._slots = asyncio.Semaphore(self.slots)
-            self.waiting += 1
-            try:
-                await self._slots.acquire()
-            finally:
-                self.waiting -= 1
         start = time.perf_counter()
+        if self.slots:
+            slot = min(range(self.slots), key=self._free_at.__getitem__)
+            start = max(start, self._free_at[slot])
+            self._free_at[slot] = start + self.ttft + max(0, params.max_tokens - 1) * self.itl
+            delay = start - time.perf_counter()
+            if delay > 0:
+                self.waiting += 1
+                try:
+                    await asyncio.sleep(delay)
+                finally:
+                    self.waiting -= 1
         self.running += 1
         total, thinking = params.max_tokens, min(self.reasoning_tokens, params.max_tokens)
         try:
@@ -92,8 +98,6 @@ class MockEngine(Engine):
                     reasoning_tokens=min(last + 1, thinking))
         finally:
             self.running -= 1
-            if self._slots is not None:
-                self._slots.release()
 
     def load(self) -> EngineLoad:
         """Requests generating and (with slots) queued; there is no KV cache."""
