@@ -11,17 +11,21 @@ the queue grows, and is *undecided* otherwise (more requests are sent).
 Over-saturation: the backlog (requests due by their schedule and not yet ended:
 the client's queue plus the server's in-flight and waiting requests) sampled at
 each request's intended start, and the server's own ``waiting`` series where
-the monitor has it, are averaged in :data:`TREND_BINS` equal spans of time; the
+the monitor has it, are averaged in :data:`TREND_BINS` equal spans of time. The
 Mann-Kendall test (Kendall's tau of the bin means against time, one-sided) says
-whether they grow, and the Theil-Sen slope how much over the step. Averaging in
-bins makes the bin means close to independent, which the test assumes.
+whether they grow, the Theil-Sen slope how much over the look; a least-squares
+line through the bin means gives the backlog's growth rate an upper bound
+(Student's t). Averaging in bins makes the bin means close to independent,
+which both assume. A held step shows that the server kept up with its rate up
+to that bound: the rate less the bound is the step's *floor*.
 
-Error budget (:class:`Budget`): a wrong decision is a hold at a rate above the
-capacity or a failure at one below it. Each test at each look gets
+Error budget (:class:`Budget`): a wrong decision is a hold (or a floor) above
+the capacity, or a failure below it. Each test at each look gets
 ``alpha = (1 - confidence) / (steps x looks x tests)``, so by the union bound
 all the decisions of a search are right with probability at least
-``confidence``, and then the capacity lies between the highest rate that held
-and the lowest that failed: that bracket is the capacity's interval.
+``confidence``; then, if the share of requests meeting the SLO falls as the
+rate rises, the capacity lies between the highest floor of a held step and the
+lowest rate that failed: that is the capacity's interval.
 """
 
 from __future__ import annotations
@@ -86,25 +90,35 @@ class Budget:
 
 @dataclass(frozen=True)
 class Trend:
-    """The trend of one series through a look: Mann-Kendall's one-sided p-value and the Theil-Sen growth."""
+    """The trend of one series through a look: Mann-Kendall's one-sided p-value, the Theil-Sen slope and growth,
+    and the least-squares slope with its standard error (for :meth:`slope_high`)."""
 
     series: str
     p_value: float | None  # None: too few bins to test
     growth: float | None  # Theil-Sen slope x the span: how much the series grew over the look
-    slope: float | None = None  # per second
+    slope: float | None = None  # Theil-Sen, per second
     bins: int = 0
+    fit_slope: float | None = None  # least squares through the bin means, per second
+    fit_se: float | None = None
 
     def growing(self, alpha: float) -> bool:
         return (self.p_value is not None and self.p_value < alpha and self.growth is not None
                 and self.growth >= MIN_GROWTH)
 
+    def slope_high(self, alpha: float) -> float | None:
+        """One-sided upper bound of the growth rate at level ``1 - alpha`` (Student's t, bins - 2 df)."""
+        if self.fit_slope is None or self.fit_se is None or self.bins < 4:
+            return None
+        return self.fit_slope + float(scipy_stats.t.ppf(1.0 - alpha, self.bins - 2)) * self.fit_se
+
     @classmethod
     def from_dict(cls, data: dict) -> "Trend":
-        return cls(**{k: data.get(k) for k in ("series", "p_value", "growth", "slope", "bins")})
+        return cls(**{k: data.get(k) for k in ("series", "p_value", "growth", "slope", "fit_slope", "fit_se")},
+                   bins=int(data.get("bins") or 0))
 
 
 def trend(series: str, times: Sequence[float], values: Sequence[float], bins: int = TREND_BINS) -> Trend:
-    """Mann-Kendall and Theil-Sen on the means of ``values`` in ``bins`` equal spans of ``times``."""
+    """Mann-Kendall, Theil-Sen and least squares on the means of ``values`` in ``bins`` equal spans of ``times``."""
     t = np.asarray(times, dtype=float)
     v = np.asarray(values, dtype=float)
     keep = np.isfinite(t) & np.isfinite(v)
@@ -119,11 +133,13 @@ def trend(series: str, times: Sequence[float], values: Sequence[float], bins: in
     centres = ((edges[:-1] + edges[1:]) / 2)[filled]
     if means.size < 4:
         return Trend(series, None, None, bins=int(means.size))
+    fit = scipy_stats.linregress(centres, means)
     if np.ptp(means) == 0:
-        return Trend(series, 1.0, 0.0, 0.0, int(means.size))
+        return Trend(series, 1.0, 0.0, 0.0, int(means.size), 0.0, 0.0)
     p_value = float(scipy_stats.kendalltau(centres, means, alternative="greater").pvalue)
     slope = float(scipy_stats.theilslopes(means, centres).slope)
-    return Trend(series, p_value, slope * float(t.max() - t.min()), slope, int(means.size))
+    return Trend(series, p_value, slope * float(t.max() - t.min()), slope, int(means.size), float(fit.slope),
+                 float(fit.stderr))
 
 
 def backlog(results: Iterable[RequestResult]) -> tuple[np.ndarray, np.ndarray]:
@@ -168,47 +184,65 @@ class Look:
                    data.get("goodput"))
 
 
-def decide(looks: Sequence[Look], target: float, alpha: float, max_lag_ms: float | None
-           ) -> tuple[str, str, tuple[float, float]]:
-    """(decision, why, attainment bounds) of a step from its looks so far (see the module docstring)."""
+@dataclass(frozen=True)
+class Decision:
+    """A step's decision from its looks so far: held, failed or undecided, why, the attainment's bounds (%), and
+    for a held step its floor (the rate less the bound on its backlog's growth rate)."""
+
+    decision: str
+    reason: str
+    bounds: tuple[float, float]
+    floor: float | None = None
+
+
+def decide(rate: float, looks: Sequence[Look], target: float, alpha: float, max_lag_ms: float | None) -> Decision:
+    """The decision on the step at ``rate`` (see the module docstring)."""
     met, n = sum(x.met for x in looks), sum(x.requests for x in looks)
-    low, high = attainment_bounds(met, n, alpha)
+    bounds = low, high = attainment_bounds(met, n, alpha)
     if n == 0:
-        return FAILED, "nothing measured", (low, high)
+        return Decision(FAILED, "nothing measured", bounds)
     for look in looks:
         if max_lag_ms is not None and look.lag_p99_ms is not None and look.lag_p99_ms > max_lag_ms:
-            return FAILED, f"dispatch lag p99 {look.lag_p99_ms:.0f} ms > {max_lag_ms:g} ms", (low, high)
+            return Decision(FAILED, f"dispatch lag p99 {look.lag_p99_ms:.0f} ms > {max_lag_ms:g} ms", bounds)
         for t in look.trends:
             if t.growing(alpha):
-                return (FAILED, f"{t.series} grows by {t.growth:.1f} over a look (Mann-Kendall p={t.p_value:.2g})",
-                        (low, high))
+                return Decision(FAILED, f"{t.series} grows by {t.growth:.1f} over a look (Mann-Kendall "
+                                        f"p={t.p_value:.2g})", bounds)
     if high < target:
-        return FAILED, f"attainment <= {high:.1f} % < {target:g} %", (low, high)
-    if low >= target:
-        return HELD, f"attainment >= {low:.1f} %", (low, high)
-    return UNDECIDED, f"attainment in [{low:.1f}, {high:.1f}] % around {target:g} %", (low, high)
+        return Decision(FAILED, f"attainment <= {high:.1f} % < {target:g} %", bounds)
+    if low < target:
+        return Decision(UNDECIDED, f"attainment in [{low:.1f}, {high:.1f}] % around {target:g} %", bounds)
+    growth = [b for x in looks for t in x.trends if t.series == "backlog" and (b := t.slope_high(alpha)) is not None]
+    if not growth:
+        return Decision(UNDECIDED, f"attainment >= {low:.1f} %, but too few requests to test the queue", bounds)
+    floor = rate - max(0.0, min(growth))
+    return Decision(HELD, f"attainment >= {low:.1f} %; the backlog grows by <= {max(0.0, min(growth)):.2g} req/s",
+                    bounds, floor)
 
 
-def bracket(steps: Iterable[tuple[float, str]]) -> tuple[float, float | None, float | None]:
+def bracket(steps: Iterable[tuple[float, Decision]]) -> tuple[float, float | None, float | None]:
     """(highest rate held or 0, lowest rate above it that failed, lowest rate above it not held) of
-    (rate, decision) pairs; None where there is none."""
+    (rate, decision) pairs; None where there is none. Undecided steps count as not held."""
     steps = list(steps)
-    low = max((r for r, d in steps if d == HELD), default=0.0)
-    failed = min((r for r, d in steps if d == FAILED and r > low), default=None)
-    not_held = min((r for r, d in steps if d != HELD and r > low), default=None)
-    return low, failed, not_held
+    held = max((r for r, d in steps if d.decision == HELD), default=0.0)
+    failed = min((r for r, d in steps if d.decision == FAILED and r > held), default=None)
+    not_held = min((r for r, d in steps if d.decision != HELD and r > held), default=None)
+    return held, failed, not_held
 
 
-def capacity_estimate(steps: Iterable[tuple[float, str]]) -> tuple[float | None, float, float | None]:
+def capacity_estimate(steps: Iterable[tuple[float, Decision]]) -> tuple[float | None, float, float | None]:
     """(value, interval low, interval high) from (rate, decision) pairs.
 
-    The interval is [highest held, lowest failed] (high None: no rate failed); the value is the middle
-    of [highest held, lowest not held], undecided steps counting as not held (None when none held).
+    The interval is [highest floor of a held step, lowest rate above the highest held that failed] (high None:
+    none failed); the value is the middle of [highest rate held, lowest rate above it not held] (None when none
+    held).
     """
-    low, failed, not_held = bracket(steps)
-    if low <= 0:
+    steps = list(steps)
+    held, failed, not_held = bracket(steps)
+    if held <= 0:
         return None, 0.0, failed
-    return (low if not_held is None else (low + not_held) / 2), low, failed
+    floor = max(d.floor or 0.0 for _, d in steps if d.decision == HELD)
+    return (held if not_held is None else (held + not_held) / 2), max(0.0, floor), failed
 
 
 def interval_at(entry: dict, confidence: float) -> tuple[float, float | None]:
@@ -217,9 +251,8 @@ def interval_at(entry: dict, confidence: float) -> tuple[float, float | None]:
     budget = Budget(int(rule.get("steps") or 1), int(rule.get("looks") or 1), confidence,
                     int(rule.get("tests") or TESTS_PER_LOOK))
     target = float(entry.get("slo_target") or 0.0)
-    lag = entry.get("max_lag_ms")
-    decided = [(float(s["rate"]), decide([Look.from_dict(x) for x in s.get("looks") or []], target, budget.alpha,
-                                         lag)[0])
+    decided = [(float(s["rate"]), decide(float(s["rate"]), [Look.from_dict(x) for x in s.get("looks") or []],
+                                         target, budget.alpha, entry.get("max_lag_ms")))
                for s in entry.get("steps") or [] if s.get("rate") is not None]
     _, low, high = capacity_estimate(decided)
     return low, high

@@ -5,12 +5,14 @@ it doubles, and once one does not it bisects between the highest rate that
 held and the lowest that did not, until the two are within :data:`TOLERANCE`
 of each other or ``--capacity-steps`` rates have been tried. Each rate is a
 *step* of up to ``--capacity-looks`` cells: the first sends ``--requests``
-requests, each later one as many as all before it (the total doubles), and
-after each the step is decided by :func:`llmload.core.sequential.decide`
+requests, each later one twice as many as the one before (a longer look
+gives a queue more time to show its growth), and after each the step is decided by :func:`llmload.core.sequential.decide`
 (held, failed, or undecided: one more look). A step still undecided at its
 last look counts as not held for the bisection, and as neither bound of the
 interval. The capacity is the middle of [highest held, lowest not held]; its
-interval is [highest held, lowest failed] (docs/statistics.md, "Capacity").
+interval is [highest floor of a held step, lowest failed], a held step's floor
+being its rate less the bound on its backlog's growth rate (docs/statistics.md,
+"Capacity").
 
 Each search is one line of ``capacity.jsonl`` (:meth:`CapacitySearch.entry`):
 
@@ -19,8 +21,9 @@ Each search is one line of ``capacity.jsonl`` (:meth:`CapacitySearch.entry`):
      "bracket": [highest held, lowest not held | None], "saturation_rps": float | None,
      "budget": {"steps", "looks", "tests", "confidence", "alpha"},
      "steps": [{"rate", "requests", "met", "attainment", "attainment_low", "attainment_high", "decision",
-                "reason", "goodput", "lag_p99_ms", "prefix", "looks": [{"requests", "met", "lag_p99_ms",
-                "goodput", "prefix", "trends": [{"series", "p_value", "growth", "slope", "bins"}]}]}]}
+                "reason", "floor", "goodput", "lag_p99_ms", "prefix", "looks": [{"requests", "met", "lag_p99_ms",
+                "goodput", "prefix", "trends": [{"series", "p_value", "growth", "slope", "bins", "fit_slope",
+                "fit_se"}]}]}]}
 """
 
 from __future__ import annotations
@@ -31,7 +34,8 @@ from typing import Any, Callable, Generator
 
 from llmload.core.metrics import SLO, RequestResult, RunSummary
 from llmload.core.runfiles import Cell
-from llmload.core.sequential import UNDECIDED, Budget, Look, backlog, bracket, capacity_estimate, decide, trend
+from llmload.core.sequential import (UNDECIDED, Budget, Decision, Look, backlog, bracket, capacity_estimate, decide,
+                                     trend)
 from llmload.runner.plan import round_rate
 from monitors.sampler import MonitorError, read_monitor
 
@@ -53,9 +57,11 @@ class Step:
 
     rate: float
     looks: list[Look] = field(default_factory=list)
-    decision: str = UNDECIDED
-    reason: str = ""
-    bounds: tuple[float, float] = (0.0, 100.0)
+    decided: Decision = Decision(UNDECIDED, "", (0.0, 100.0))
+
+    @property
+    def decision(self) -> str:
+        return self.decided.decision
 
     @property
     def requests(self) -> int:
@@ -67,8 +73,9 @@ class Step:
         last = self.looks[-1] if self.looks else None
         return {"rate": self.rate, "requests": self.requests, "met": met,
                 "attainment": 100.0 * met / self.requests if self.requests else None,
-                "attainment_low": self.bounds[0], "attainment_high": self.bounds[1], "decision": self.decision,
-                "reason": self.reason, "goodput": last.goodput if last else None,
+                "attainment_low": self.decided.bounds[0], "attainment_high": self.decided.bounds[1],
+                "decision": self.decision, "reason": self.decided.reason, "floor": self.decided.floor,
+                "goodput": last.goodput if last else None,
                 "lag_p99_ms": max(lags) if lags else None, "prefix": last.prefix if last else "",
                 "looks": [x.record() for x in self.looks]}
 
@@ -84,8 +91,8 @@ class CapacitySearch:
     tolerance: float = TOLERANCE
     steps: list[Step] = field(default_factory=list)
 
-    def decisions(self) -> list[tuple[float, str]]:
-        return [(s.rate, s.decision) for s in self.steps]
+    def decisions(self) -> list[tuple[float, Decision]]:
+        return [(s.rate, s.decided) for s in self.steps]
 
     def next_probe(self) -> Probe | None:
         """The next cell to run, or None when the search is over."""
@@ -114,8 +121,7 @@ class CapacitySearch:
             self.steps.append(Step(probe.rate))
         step = self.steps[-1]
         step.looks.append(look)
-        step.decision, step.reason, step.bounds = decide(step.looks, self.target, self.budget.alpha,
-                                                         self.max_lag_ms)
+        step.decided = decide(step.rate, step.looks, self.target, self.budget.alpha, self.max_lag_ms)
         return step
 
     @property

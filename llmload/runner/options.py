@@ -133,9 +133,8 @@ def build_parser() -> OneLineParser:
     load.add_argument("--capacity-steps", type=positive_int, default=DEFAULT_CAPACITY_STEPS, metavar="N",
                       help="most rates one capacity search tries (default: %(default)s)")
     load.add_argument("--capacity-looks", type=positive_int, default=DEFAULT_CAPACITY_LOOKS, metavar="N",
-                      help="most cells one capacity step runs before it decides: --requests, then as many again "
-                           "each time (the total doubles) while the step's attainment interval straddles "
-                           "--slo-target (default: %(default)s)")
+                      help="most cells one capacity step runs before it decides: --requests, then twice as many "
+                           "as the cell before, while the step is undecided (default: %(default)s)")
     load.add_argument("--slo", type=slo_type, default=None, metavar="KEY=MS,...",
                       help=f"latency targets a request must all meet, keys {', '.join(SLO_KEYS)}, values in ms (or "
                            "500ms, 0.5s), e.g. ttft=500,e2e=4000; open-loop latencies count from the intended start")
@@ -272,8 +271,8 @@ def resolve(args: argparse.Namespace, parser: argparse.ArgumentParser | None = N
 
 
 def step_requests(requests: int, looks: int) -> list[int]:
-    """Requests each look of a capacity step sends: --requests, then as many as all before it."""
-    return [requests * 2 ** max(0, k - 1) for k in range(looks)]
+    """Requests each look of a capacity step sends: --requests, then twice as many as the look before."""
+    return [requests * 2 ** k for k in range(looks)]
 
 
 def capacity_size_problem(args: argparse.Namespace) -> str | None:

@@ -11,16 +11,16 @@ import pytest
 
 from llmload.core.metrics import SLO, RequestResult, summarize
 from llmload.core.runfiles import Cell
-from llmload.core.sequential import (FAILED, HELD, UNDECIDED, Budget, Look, attainment_bounds, backlog, decide,
-                                     interval_at, requests_to_hold, trend)
+from llmload.core.sequential import (FAILED, HELD, UNDECIDED, Budget, Look, Trend, attainment_bounds, backlog,
+                                     decide, interval_at, requests_to_hold, trend)
 from llmload.runner.capacity import TOLERANCE, CapacitySearch, look_of, search_cells
 
 BUDGET = Budget(steps=8, looks=4)
-FIRST = 40  # requests of a step's first look; later looks send 40, 80, 160
+FIRST = 40  # requests of a step's first look; later looks send 80, 160, 320
 
 
 def look_requests(look: int) -> int:
-    return FIRST * 2 ** max(0, look - 1)
+    return FIRST * 2 ** look
 
 
 def run_search(search: CapacitySearch, answer) -> list[tuple[float, int]]:
@@ -38,11 +38,16 @@ def run_search(search: CapacitySearch, answer) -> list[tuple[float, int]]:
     return asked
 
 
+def steady(growth_per_s: float = 0.0) -> Trend:
+    """A backlog trend whose least-squares slope is ``growth_per_s`` +- 0.05 req/s (10 bins)."""
+    return Trend("backlog", 0.5, 0.0, 0.0, 10, growth_per_s, 0.05)
+
+
 def sharp(capacity: float, below: float = 1.0, above: float = 0.5):
-    """Every request meets the SLO up to ``capacity``; a share ``above`` of them beyond it."""
+    """Every request meets the SLO up to ``capacity``; a share ``above`` of them beyond it; a steady backlog."""
     def answer(rate, look, n):
         share = below if rate <= capacity else above
-        return Look(n, round(share * n), prefix=f"r{rate:g}")
+        return Look(n, round(share * n), trends=[steady()], prefix=f"r{rate:g}")
     return answer
 
 
@@ -55,19 +60,24 @@ def test_a_step_holds_only_once_its_lower_bound_reaches_the_target():
     assert need == 72  # alpha = 0.05 / (8 x 4 x 3) = 0.00052; 0.9^72 < alpha < 0.9^71
     assert attainment_bounds(need, need, alpha)[0] >= 90.0 > attainment_bounds(need - 1, need - 1, alpha)[0]
     # 40 of 40 met: not yet shown (its lower bound is 83 %), nor refuted: one more look
-    decision, why, (low, high) = decide([Look(40, 40)], 90.0, alpha, None)
-    assert decision == UNDECIDED and low < 90.0 <= high and "attainment in [" in why
-    # 80 of 80 met: held
-    assert decide([Look(40, 40), Look(40, 40)], 90.0, alpha, None)[0] == HELD
+    first = decide(10.0, [Look(40, 40, trends=[steady()])], 90.0, alpha, None)
+    assert first.decision == UNDECIDED and first.bounds[0] < 90.0 <= first.bounds[1]
+    assert "attainment in [" in first.reason and first.floor is None
+    # 120 of 120 met: held, its floor the rate less the bound on the backlog's growth (0.05 req/s x t(8 df))
+    held = decide(10.0, [Look(40, 40, trends=[steady()]), Look(80, 80, trends=[steady()])], 90.0, alpha, None)
+    assert held.decision == HELD and 9.6 < held.floor < 9.8
+    # ... but not without a backlog to test: too few requests for a trend
+    assert decide(10.0, [Look(80, 80)], 90.0, alpha, None).decision == UNDECIDED
     # 20 of 40: the upper bound is below 90 %: failed at the first look (30 of 40 would not be: up to 93 %)
-    assert decide([Look(40, 30)], 90.0, alpha, None)[0] == UNDECIDED
-    decision, why, (_, high) = decide([Look(40, 20)], 90.0, alpha, None)
-    assert decision == FAILED and high < 90.0 and why.startswith("attainment <=")
+    assert decide(10.0, [Look(40, 30)], 90.0, alpha, None).decision == UNDECIDED
+    failed = decide(10.0, [Look(40, 20)], 90.0, alpha, None)
+    assert failed.decision == FAILED and failed.bounds[1] < 90.0 and failed.reason.startswith("attainment <=")
     # a step whose share sits at the target stays undecided at every look
-    assert decide([Look(n, round(0.9 * n)) for n in (40, 40, 80, 160)], 90.0, alpha, None)[0] == UNDECIDED
+    at_target = [Look(n, round(0.9 * n), trends=[steady()]) for n in (40, 80, 160, 320)]
+    assert decide(10.0, at_target, 90.0, alpha, None).decision == UNDECIDED
     # a lag past the limit fails whatever the attainment; nothing measured fails
-    assert decide([Look(80, 80, lag_p99_ms=900.0)], 90.0, alpha, 500.0)[0] == FAILED
-    assert decide([Look(0, 0)], 90.0, alpha, None)[0] == FAILED
+    assert decide(10.0, [Look(80, 80, lag_p99_ms=900.0)], 90.0, alpha, 500.0).decision == FAILED
+    assert decide(10.0, [Look(0, 0)], 90.0, alpha, None).decision == FAILED
 
 
 def test_the_bounds_are_clopper_pearsons():
@@ -85,15 +95,16 @@ def test_bisection_brackets_the_capacity_with_extra_looks_only_where_undecided(c
     asked = run_search(search, sharp(capacity))
     rates = [rate for rate, look in asked if look == 0]
     assert rates[0] == saturation and len(rates) == len(set(rates)) <= BUDGET.steps
-    for step in search.steps:  # a held step took two looks (80 requests), a failed one one (30 of 40 met)
+    for step in search.steps:  # a held step took two looks (120 requests), a failed one one (20 of 40 met)
         assert (step.decision, len(step.looks)) == ((HELD, 2) if step.rate <= capacity else (FAILED, 1))
     value, low, high = search.estimate
     assert low <= capacity < high and low > 0  # the true capacity lies in the interval
-    assert value == pytest.approx((low + high) / 2)
-    assert high - low <= max(TOLERANCE * high, saturation / 2 ** (len(rates) - 1) + 0.01)
+    held = max(s.rate for s in search.steps if s.decision == HELD)
+    assert value == pytest.approx((held + high) / 2) and held - 0.3 < low < held
+    assert high - held <= max(TOLERANCE * high, saturation / 2 ** (len(rates) - 1) + 0.01)  # halved each step
     entry = search.entry("s", "qa", "stream", SLO(e2e=1.0))
     assert (entry["capacity_rps"], entry["ci_low"], entry["ci_high"], entry["confidence"]) == (value, low, high, 0.95)
-    assert entry["bracket"] == [low, high] and entry["saturation_rps"] == saturation
+    assert entry["bracket"] == [held, high] and entry["saturation_rps"] == saturation
     assert [s["rate"] for s in entry["steps"]] == rates
     assert entry["budget"]["alpha"] == pytest.approx(BUDGET.alpha)
     assert interval_at(entry, 0.95) == (low, high)  # the report decides the same steps again
@@ -103,7 +114,7 @@ def test_an_undecided_step_counts_as_not_held_and_is_no_bound_of_the_interval():
     """Attainment exactly at the target from 9.5 to 10.5 req/s: those steps use every look and stay undecided."""
     def answer(rate, look, n):
         share = 1.0 if rate < 9.5 else 0.9 if rate <= 10.5 else 0.5
-        return Look(n, round(share * n))
+        return Look(n, round(share * n), trends=[steady()])
 
     search = CapacitySearch(16.0, 90.0, BUDGET)
     run_search(search, answer)
@@ -111,9 +122,10 @@ def test_an_undecided_step_counts_as_not_held_and_is_no_bound_of_the_interval():
     undecided = [s for s in search.steps if s.decision == UNDECIDED]
     assert undecided and all(len(s.looks) == BUDGET.looks for s in undecided)
     value, low, high = search.estimate
-    assert all(s.rate > low for s in undecided)  # the bisection went below them
+    held = max(s.rate for s in search.steps if s.decision == HELD)
+    assert all(s.rate > held for s in undecided)  # the bisection went below them
     assert high is None or all(s.rate < high for s in undecided)  # and they do not narrow the interval
-    assert by_rate[16.0].decision == FAILED and low < 10.5 and low <= value <= min(s.rate for s in undecided)
+    assert by_rate[16.0].decision == FAILED and low < 10.5 and held <= value <= min(s.rate for s in undecided)
     assert "undecided" in search.describe()
 
 
@@ -121,7 +133,8 @@ def test_a_server_that_holds_beyond_saturation_doubles_the_rate_and_says_no_rate
     search = CapacitySearch(4.0, 90.0, Budget(steps=3, looks=4))
     asked = run_search(search, sharp(100.0))
     assert [r for r, look in asked if look == 0] == [4.0, 8.0, 16.0]
-    assert search.estimate == (16.0, 16.0, None) and "nothing failed" in search.describe()
+    value, low, high = search.estimate
+    assert (value, high) == (16.0, None) and 15.6 < low < 16.0 and "nothing failed" in search.describe()
 
 
 def test_a_server_that_holds_nothing_has_no_capacity():
@@ -149,7 +162,7 @@ def test_the_interval_covers_the_capacity_in_simulated_searches():
 
         def answer(rate, look, n):
             share = float(np.clip(1.0 - (rate / 10.0 - 0.8) / 0.4 * 0.4, 0.6, 1.0))
-            return Look(n, int(rng.binomial(n, share)))
+            return Look(n, int(rng.binomial(n, share)), trends=[steady(rng.normal(0.0, 0.05))])
 
         search = CapacitySearch(saturation, 90.0, BUDGET)
         run_search(search, answer)
@@ -191,13 +204,25 @@ def test_a_rate_past_saturation_fails_on_its_growing_queue_even_when_its_attainm
     times, level = backlog(over)
     growth = trend("backlog", times, level)
     assert growth.growing(alpha) and growth.p_value < 1e-4 and growth.growth > 3
-    decision, why, _ = decide([Look(100, 100, trends=[growth])], 90.0, alpha, None)
-    assert decision == FAILED and why.startswith("backlog grows by")
+    failed = decide(21.0, [Look(100, 100, trends=[growth])], 90.0, alpha, None)
+    assert failed.decision == FAILED and failed.reason.startswith("backlog grows by")
     # at 19 req/s the backlog settles at 19 x 0.2 = 3.8 requests in flight and does not grow
     under = queue_results(19.0, 4, 0.2, 100, jitter_s=0.003, seed=1)
-    steady = trend("backlog", *backlog(under))
-    assert not steady.growing(alpha) and abs(steady.growth) < 1
-    assert decide([Look(100, 100, trends=[steady]), Look(100, 100)], 90.0, alpha, None)[0] == HELD
+    stable = trend("backlog", *backlog(under))
+    assert not stable.growing(alpha) and abs(stable.growth) < 1
+    held = decide(19.0, [Look(100, 100, trends=[stable]), Look(100, 100)], 90.0, alpha, None)
+    assert held.decision == HELD and 17.5 < held.floor <= 19.0  # it kept up with at least the floor
+
+
+def test_a_short_step_just_past_capacity_that_holds_has_a_floor_below_the_capacity():
+    """At 20.7 req/s (3.5 % over 20) 40 requests build a queue of about one request: too little for the trend test,
+    so the step can hold, but the bound on the backlog's growth puts its floor below the capacity."""
+    alpha = BUDGET.alpha
+    results = queue_results(20.7, 4, 0.2, 40)
+    short = trend("backlog", *backlog(results))
+    assert not short.growing(alpha)
+    decision = decide(20.7, [Look(40, 40, trends=[short]), Look(40, 40, trends=[short])], 90.0, alpha, None)
+    assert decision.decision == HELD and decision.floor < 20.0
 
 
 def test_the_trend_test_rarely_fires_on_a_stationary_queue():

@@ -38,7 +38,7 @@ def test_plan_cells_prefixes_and_counts():
     assert cell_prefix("s", "chat", "sync", 4, rate=3.0, phase="capacity") == "s/capacity/chat_sync_r3"
     look = plan.step_cell("s", "chat", "sync", 3.0, look=2, requests=96)
     assert (look.prefix, look.repeat, look.requests, look.concurrency) == ("s/capacity/chat_sync_r3_look3", 2, 96, 6)
-    assert step_requests(48, 5) == [48, 48, 96, 192, 384]
+    assert step_requests(48, 5) == [48, 96, 192, 384, 768]
     # with --target-ci a level may repeat up to --max-repeats, so its files carry _rep even from the first
     ci = Plan.from_args(parse_args(["--servers", "mock", "--concurrency", "2", "--target-ci", "10"]))
     assert (ci.repeat, ci.max_repeats) == (1, 5)
