@@ -146,7 +146,8 @@ class Runner:
     def header(self) -> str:
         p = self.plan
         levels = len(p.concurrency) + len(p.rates)
-        repeats = (f" x {p.repeat}-{p.max_repeats} repeats (until +-{p.target_ci:g} %)" if p.target_ci is not None
+        repeats = (f" x {max(p.repeat, MIN_REPEATS)}-{p.max_repeats} repeats (until +-{p.target_ci:g} %)"
+                   if p.target_ci is not None
                    else f" x {p.repeat} repeats" if p.repeat > 1 else "")
         fit = self.memory.get("all_up")
         started = [t.name for t in self.targets if self.pool and self.pool.started_here(t.name)]

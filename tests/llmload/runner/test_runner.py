@@ -13,6 +13,7 @@ import pytest
 from llmload.core.rawlog import read_results
 from llmload.core.runfiles import read_cells
 from llmload.core.services import ServiceProcess, free_port, local_url
+from llmload.runner.convergence import half_widths
 from llmload.runner.matrix import Runner
 from llmload.runner.options import build_parser, resolve
 from llmload.targets import KINDS, register
@@ -199,3 +200,32 @@ def test_one_real_vllm_cell(tmp_path, default_model):
     assert all(row["server_waiting"] != "" for row in samples if row["server_running"])
     assert any(row["server_kv_cache_pct"] and float(row["server_kv_cache_pct"]) > 0 for row in samples)
 
+
+
+def test_target_ci_repeats_each_level_until_its_headline_intervals_are_narrow(tmp_path):
+    """--target-ci 25: every level runs 2 repeats at least and 3 at most, stopping once output tok/s and TTFT p50
+    (over its repeats, as the report computes them) are within +-25 %; a level that stopped is in no later block."""
+    data = make_data(tmp_path / "data")
+    run_dir = tmp_path / "run"
+    proc = run_runner("--servers", "mock", "--tasks", "qa", "--modes", "stream", "--concurrency", "1,4",
+                      "--requests", "12", "--max-tokens", "4", "--mock-ttft-ms", "30", "--mock-itl-ms", "5",
+                      "--target-ci", "25", "--max-repeats", "3", "--data-dir", str(data), "--out", str(run_dir),
+                      "--no-report", merged=True)
+    assert proc.returncode == 0, proc.stdout
+    info = json.loads((run_dir / "run.json").read_text())
+    ci = info["target_ci"]
+    assert (ci["pct"], ci["min_repeats"], ci["max_repeats"]) == (25.0, 2, 3)
+    assert ci["headline"]["stream"] == ["output_token_throughput", "ttft_p50"]
+    cells = read_cells(run_dir)
+    for level in ci["levels"]:
+        mine = sorted((c for c in cells if c.concurrency == level["concurrency"]), key=lambda c: c.repeat)
+        assert len(mine) == level["repeats"] in (2, 3) and [c.block for c in mine] == [1, 2, 3][:len(mine)]
+        widths = half_widths(run_dir, mine)
+        assert widths == pytest.approx(level["half_widths"])  # the report's intervals of those repeats
+        assert level["converged"] == all(w is not None and w <= 0.25 for w in widths.values())
+        if level["repeats"] == 3:  # it did not converge after 2
+            assert not all(w is not None and w <= 0.25 for w in half_widths(run_dir, mine[:2]).values())
+        assert f"qa stream c={level['concurrency']}: {'converged' if level['converged'] else 'at its cap'}" \
+               f" after {level['repeats']} repeats" in proc.stdout
+    assert {c.prefix for c in cells} >= {"mock/qa_stream_c1_rep1", "mock/qa_stream_c1_rep2"}
+    assert "x 2-3 repeats (until +-25 %)" in proc.stdout

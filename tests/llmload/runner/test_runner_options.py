@@ -59,6 +59,33 @@ def error_of(argv: list[str], capsys) -> str:
     (["--servers", "mock", "--price-per-hour", "2.5"], "argument --price-per-hour: '2.5' is not NAME=USD"),
     (["--servers", "mock", "--price-per-hour", "vllm=2.5"],
      "--price-per-hour vllm: no server of that name among --servers (mock)"),
+    (["--repeat", "-1"], "argument --repeat: '-1' is not an integer >= 1"),
+    (["--repeat", "two"], "argument --repeat: 'two' is not an integer >= 1"),
+    (["--slo-target", "abc"], "argument --slo-target: 'abc' is not a percentage > 0 and <= 100"),
+    (["--slo-target", "-5"], "argument --slo-target: '-5' is not a percentage > 0 and <= 100"),
+    (["--slo-target", "nan"], "argument --slo-target: 'nan' is not a percentage > 0 and <= 100"),
+    (["--target-ci", "0"], "argument --target-ci: '0' is not a percentage > 0 and < 100"),
+    (["--target-ci", "100"], "argument --target-ci: '100' is not a percentage > 0 and < 100"),
+    (["--target-ci", "250"], "argument --target-ci: '250' is not a percentage > 0 and < 100"),
+    (["--target-ci", "-3"], "argument --target-ci: '-3' is not a percentage > 0 and < 100"),
+    (["--target-ci", "10%"], "argument --target-ci: '10%' is not a percentage > 0 and < 100"),
+    (["--target-ci", "inf"], "argument --target-ci: 'inf' is not a percentage > 0 and < 100"),
+    (["--max-repeats", "3"], "--max-repeats applies with --target-ci only"),
+    (["--target-ci", "10", "--max-repeats", "1"], "--max-repeats 1 must be at least 2: --target-ci judges"),
+    (["--target-ci", "10", "--repeat", "4", "--max-repeats", "3"], "--max-repeats 3 must be at least 4"),
+    (["--max-repeats", "0"], "argument --max-repeats: '0' is not an integer >= 1"),
+    (["--order", "random"], "argument --order: invalid choice: 'random' (choose from"),
+    (["--order-seed", "-1"], "argument --order-seed: '-1' is not an integer >= 0"),
+    (["--max-servers-up", "-1"], "argument --max-servers-up: '-1' is not an integer >= 0"),
+    (["--capacity-looks", "0"], "argument --capacity-looks: '0' is not an integer >= 1"),
+    (["--find-capacity", "--slo", "e2e=300", "--slo-target", "100"],
+     "--find-capacity: a step holds once its attainment is shown >= --slo-target 100 % with 95 % confidence over "
+     "6 steps x 5 looks; no number of requests can show it: raise --requests or --capacity-looks, or lower "
+     "--slo-target"),
+    (["--find-capacity", "--slo", "e2e=300", "--requests", "16", "--capacity-looks", "3", "--warmup", "2"],
+     "--find-capacity: a step holds once its attainment is shown >= --slo-target 99 % with 95 % confidence over "
+     "6 steps x 3 looks; it takes 695 measured requests, all meeting the SLO, and a step measures at most 106 "
+     "(--requests 16, doubling over --capacity-looks 3, less --warmup 2 per look): raise --requests or"),
 ])
 def test_bad_input_is_one_line_naming_the_option(argv, expected, capsys):
     line = error_of(argv, capsys)
@@ -68,7 +95,7 @@ def test_bad_input_is_one_line_naming_the_option(argv, expected, capsys):
 def test_slo_targets_take_milliseconds_or_a_unit():
     args = parse_args(["--servers", "mock", "--slo", "ttft=500,tpot=50ms,e2e=4s,itl=0.2s", "--find-capacity"])
     assert args.slo == SLO(ttft=0.5, tpot=0.05, e2e=4.0, itl=0.2)
-    assert args.slo_target == 99.0 and args.max_lag == 0.5 and args.capacity_steps == 6
+    assert args.slo_target == 99.0 and args.max_lag == 0.5 and args.capacity_steps == 6 and args.capacity_looks == 5
 
 
 def test_defaults_profiles_and_aliases():
@@ -105,6 +132,10 @@ def test_the_command_line_says_it_in_one_line(tmp_path):
     assert proc.stderr.splitlines() == [
         f"error: argument --tasks: 'poetry' is not one of {', '.join(task_names())} (in 'poetry')"]
     assert not (tmp_path / "x").exists()
+    for bad in (["--target-ci", "100"], ["--repeat", "0"], ["--slo-target", "0"]):
+        proc = run_runner(*bad, "--out", str(tmp_path / "z"))
+        assert proc.returncode == 2 and proc.stdout == "" and len(proc.stderr.splitlines()) == 1, proc.stderr
+        assert proc.stderr.startswith(f"error: argument {bad[0]}: ") and not (tmp_path / "z").exists()
     proc = run_runner("--servers", "basic-naive", "--model", "./models/not-there", "--out", str(tmp_path / "y"))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [

@@ -7,7 +7,9 @@ import pytest
 from llmload.core.metrics import SLO, RequestResult, summarize
 from llmload.core.runfiles import Cell
 from llmload.runner.cell import CellRunner, LoadOptions, slo_argument, with_slo
+from llmload.runner import matrix
 from llmload.runner.cli import parse_args
+from llmload.runner.matrix import Runner
 from llmload.runner.options import step_requests
 from llmload.runner.plan import Plan, cell_prefix, round_rate, sweep_rates
 from llmload.runner.progress import Progress, cell_label, duration_text, figures
@@ -138,3 +140,27 @@ def test_grouped_blocks_keep_each_servers_cells_together_and_sequential_runs_one
         assert sum(servers[i] != servers[i + 1] for i in range(8)) == 2  # three runs: one start per server
     assert Order("sequential").block(jobs, 1) == jobs[:1]
     assert "seed 1" in Order("interleaved", 1).describe() and "sequential" in Order("sequential").describe()
+
+
+@pytest.mark.parametrize("widths, repeats, converged", [
+    ([{"output_token_throughput": 0.4}, {"output_token_throughput": 0.2}], 3, True),  # narrow enough at 3
+    ([{"output_token_throughput": 0.1}], 2, True),  # at the fewest repeats
+    ([{"output_token_throughput": 0.4}, {"output_token_throughput": None}, {"output_token_throughput": 0.3}],
+     4, False),  # still too wide at the cap
+])
+def test_target_ci_stops_a_level_once_converged_or_at_its_cap(monkeypatch, tmp_path, widths, repeats, converged):
+    args = parse_args(["--servers", "mock", "--modes", "sync", "--concurrency", "2", "--target-ci", "25",
+                       "--max-repeats", "4", "--out", str(tmp_path)])
+    runner = Runner(args)
+    script = iter(widths)
+    monkeypatch.setattr(matrix, "half_widths", lambda run_dir, cells: next(script))
+    point = runner.plan.points("mock", "qa", "sync")[0]
+    steps = runner.level_steps(point)
+    ran = [next(steps)]
+    with pytest.raises(StopIteration):
+        while True:
+            ran[-1].status = "ok"
+            ran.append(steps.send(None))
+    assert [c.repeat for c in ran] == list(range(repeats))
+    (outcome,) = runner.convergence
+    assert (outcome["repeats"], outcome["converged"], outcome["half_widths"]) == (repeats, converged, widths[-1])
