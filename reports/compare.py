@@ -6,8 +6,9 @@ Cells match on server, task, mode and load level (repeats pooled) where both
 runs completed them; capacity searches match on server, task and mode. The
 ratio B/A of a figure comes with a paired bootstrap over the prompt ids both
 runs sent (each run resampled on its own where they share none); it is
-significant when its interval excludes 1. A capacity's interval is the ratio
-of the two search brackets. Writes ``compare.md``, ``compare.csv`` and
+significant when its interval excludes 1. A capacity ratio's interval comes
+from the two capacities' intervals, each at 97.5 % (so both hold together at
+95 %; :func:`reports.sections.capacity_ratio`). Writes ``compare.md``, ``compare.csv`` and
 ``compare_ratios.png``.
 """
 
@@ -23,7 +24,7 @@ from reports.estimates import ratio_intervals
 from reports.format import number, title
 from reports.merge import RATIO_COLUMNS, add_noise_option, estimate_text, level, ratio_text, run_rows, write_csv
 from reports.run import ReportError, RunData, load_run, report_command
-from reports.sections import bracket_ratio, slo_text
+from reports.sections import capacity_ratio, capacity_text, slo_text
 
 COLUMNS = ["server", "task", "mode", "concurrency", "rate", "metric", "a", "b", "ratio", "ci_low", "ci_high",
            "significant", "pairs", "method"]
@@ -86,11 +87,11 @@ def compare(a: RunData, b: RunData, noise: float = CELL_NOISE) -> dict:
     capacity = []
     for key in shared_caps:
         ea, eb = caps_a[key], caps_b[key]
-        iv = bracket_ratio(eb, ea)
+        iv, method = capacity_ratio(eb, ea)
         capacity.append({"server": key[0], "task": key[1], "mode": key[2], "concurrency": None, "rate": None,
                          "metric": "capacity_rps", "a": ea.get("capacity_rps"), "b": eb.get("capacity_rps"),
                          "ratio": iv.value, "ci_low": iv.low, "ci_high": iv.high, "significant": iv.significant,
-                         "pairs": None, "method": "brackets", "_iv": iv,
+                         "pairs": None, "method": method, "_iv": iv, "_a": ea, "_b": eb,
                          "slo": slo_text(eb)})
     left_out = []
     for name, mine, other_ok, groups in (("A", ok_a, ok_b, groups_a), ("B", ok_b, ok_a, groups_b)):
@@ -120,11 +121,14 @@ def markdown(a: RunData, b: RunData, result: dict, plot: Path | None, noise: flo
         parts += [render(body, ["cell", "figure", "A", "B", "B / A [95 %]", "significant"]), ""]
     if result["capacity"]:
         parts += ["## Capacity at SLO", "",
-                  render([[f"{r['server']} {r['task']} {r['mode']}", r["slo"], number(r["a"]) if r["a"] else None,
-                           number(r["b"]) if r["b"] else None, ratio_text(r["_iv"]),
+                  "Each capacity with its interval; B / A with a 95 % interval from the two capacities' "
+                  "intervals at 97.5 % each (`brackets`, with no confidence, for runs recorded before the "
+                  "capacity had an interval).", "",
+                  render([[f"{r['server']} {r['task']} {r['mode']}", r["slo"], capacity_text(r["_a"]),
+                           capacity_text(r["_b"]), ratio_text(r["_iv"]), r["method"],
                            None if r["significant"] is None else ("yes" if r["significant"] else "no")]
                           for r in result["capacity"]],
-                         ["server task mode", "SLO", "A req/s", "B req/s", "B / A [bracket]", "significant"]), ""]
+                         ["server task mode", "SLO", "A req/s", "B req/s", "B / A", "interval", "significant"]), ""]
     if result["left_out"]:
         parts += ["## Not compared", ""] + [f"- {line}" for line in result["left_out"]] + [""]
     if plot:

@@ -92,7 +92,8 @@ def capacity_cost_rows(run: RunData, rows: list[dict]) -> list[dict]:
     out = []
     for entry in run.capacity:
         price, capacity = prices.get(entry.get("server")), entry.get("capacity_rps")
-        step = next((s for s in entry.get("steps") or [] if s.get("rate") == capacity), None)
+        held = (entry.get("bracket") or [None])[0]  # the highest rate that held: the one measured
+        step = next((s for s in entry.get("steps") or [] if s.get("rate") == held), None)
         row = by_prefix.get(step.get("prefix")) if step else None
         if price is None or capacity is None or row is None:
             continue

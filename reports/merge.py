@@ -208,6 +208,7 @@ class Report:
     turns: list[dict] = field(default_factory=list)
     series: list[dict] = field(default_factory=list)
     prefix: list[dict] = field(default_factory=list)
+    order: list[dict] = field(default_factory=list)
     plots: list[Path] = field(default_factory=list)
     steady: list[dict] = field(default_factory=list)
     cost: list[dict] = field(default_factory=list)
@@ -230,7 +231,7 @@ def build_report(run: RunData, baseline: str | None = None, tokenizer: str | Non
                   turns=sections.turn_rows(run), series=sections.server_series(run),
                   prefix=sections.prefix_rows(groups, run.prefix_caching, noise),
                   steady=steady.steady_rows(run, rows), cost=cost.cost_rows(run, rows),
-                  capacity_cost=cost.capacity_cost_rows(run, rows))
+                  capacity_cost=cost.capacity_cost_rows(run, rows), order=sections.order_rows(run))
 
 
 # --------------------------------------------------------------------------- writing
@@ -348,6 +349,9 @@ def header_lines(report: Report) -> list[str]:
             lines.append("- versions: " + ", ".join(f"{k} {v}" for k, v in info["versions"].items() if v))
     if info.get("slo"):
         lines.append(f"- SLO: {sections.slo_text(info)}")
+    order = sections.order_text(report.run)
+    if order:
+        lines.append(f"- order: {order} (the sequence: \"Order of the cells\" below, order.csv)")
     lines += [f"- baseline: {report.baseline or 'none (no ratios)'}", ""]
     return lines
 
@@ -417,20 +421,26 @@ def interval_text(value, iv: Interval | None, column: str) -> str | None:
 
 
 def section_lines(report: Report) -> list[str]:
-    """The capacity, repeats, turns and prefix-cache sections (where the run has their data)."""
+    """The capacity, repeats, turns, order and prefix-cache sections (where the run has their data)."""
     parts: list[str] = []
     if report.capacity:
         body = [[r["server"], r["task"], r["mode"], r["slo"], None if r["slo_target"] is None else f"{r['slo_target']:g} %",
-                 None if r["capacity_rps"] is None else number(r["capacity_rps"]),
-                 None if r["bracket_low"] is None else f"[{number(r['bracket_low'])}, "
-                 f"{'open' if r['bracket_high'] is None else number(r['bracket_high'])}]",
-                 None if r["saturation_rps"] is None else number(r["saturation_rps"]), r["steps"]]
+                 sections.capacity_text(r["_entry"]), r["interval"],
+                 None if r["held_rps"] is None else f"{number(r['held_rps'])} / "
+                 f"{'none' if r['not_held_rps'] is None else number(r['not_held_rps'])}",
+                 None if r["saturation_rps"] is None else number(r["saturation_rps"]),
+                 f"{r['steps']} ({r['cells']} cells" + (f", {r['undecided']} undecided)" if r["undecided"] else ")")]
                 for r in report.capacity]
         parts += ["## Capacity at SLO", "",
-                  "The highest offered rate each server held with the SLO met by the target share of requests; the "
-                  "search brackets it between the highest rate that held and the lowest that did not.", "",
-                  render(body, ["server", "task", "mode", "SLO", "target", "capacity req/s", "bracket req/s",
-                                "saturation req/s", "steps"]), ""]
+                  "The highest offered rate each server holds with the SLO met by the target share of requests, "
+                  "with its interval: a step holds once the Clopper-Pearson lower bound of its attainment reaches "
+                  "the target and its queue is not growing (Mann-Kendall on the backlog), fails once the upper "
+                  "bound is below it or the queue grows, and sends more requests in between; the interval runs "
+                  "from the highest held rate less the bound on its queue's growth to the lowest failed rate, the "
+                  "error budget split over every test of the search (docs/statistics.md, \"Capacity\"). "
+                  "`held / not held`: the rates the bisection ended between.", "",
+                  render(body, ["server", "task", "mode", "SLO", "target", "capacity req/s", "interval",
+                                "held / not held req/s", "saturation req/s", "steps"]), ""]
         parts += [f"- {sections.capacity_sentence(r)}" for r in report.capacity_ratios] + [""]
     if report.repeats:
         body = []
@@ -455,6 +465,12 @@ def section_lines(report: Report) -> list[str]:
         parts += ["## Multi-turn conversations", "", "By turn index (0 = the first user turn; later turns carry the "
                   "whole history).", "", render(body, ["cell", "turn", "requests", title("ttft_p50"),
                                                       title("e2e_p50")]), ""]
+    if report.order:
+        body = [[r["order"], r["block"], (r["started"] or "")[11:], describe_key(
+            (r["server"], r["task"], r["mode"], r["concurrency"], r["rate"], r["phase"]))
+                 + (f" #{r['repeat'] + 1}" if r["repeat"] else ""), r["wall_s"], r["status"]] for r in report.order]
+        parts += ["## Order of the cells", "", f"As run: {sections.order_text(report.run) or 'see order.csv'}.", "",
+                  render(body, ["#", "block", "started", "cell", "s", "status"]), ""]
     if report.prefix:
         body = [[f"{r['off_server']} / {r['on_server']}", r["task"], r["mode"],
                  "r%g/s" % r["rate"] if r["rate"] is not None else f"c{r['concurrency']}", title(r["metric"]),
@@ -481,14 +497,15 @@ def write_report(report: Report, out_dir: Path) -> Path:
                                 ("prefix_cache.csv", report.prefix, sections.PREFIX_COLUMNS),
                                 ("steady.csv", report.steady, steady.STEADY_COLUMNS),
                                 ("cost.csv", report.cost, cost.COST_COLUMNS),
-                                ("capacity_cost.csv", report.capacity_cost, cost.CAPACITY_COST_COLUMNS)):
+                                ("capacity_cost.csv", report.capacity_cost, cost.CAPACITY_COST_COLUMNS),
+                                ("order.csv", report.order, sections.ORDER_COLUMNS)):
         if rows:
             write_csv(out_dir / name, rows, columns)
     write_csv(out_dir / "tokens.csv", report.tokens, SERVER_COLUMNS)
     write_csv(out_dir / "tokens_requests.csv", report.token_requests, REQUEST_COLUMNS)
     report.plots = write_plots(report.groups, report.ratios, out_dir, baseline=report.baseline,
                                goodput_steps=report.goodput_steps, turns=report.turns,
-                               server_series=report.series)
+                               server_series=report.series, capacity=report.capacity)
     path = out_dir / "summary.md"
     path.write_text(markdown(report))
     return path

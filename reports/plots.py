@@ -100,7 +100,8 @@ def matrix_rows(rows: list[dict]) -> list[dict]:
 
 
 def write_plots(rows: list[dict], ratios: list[dict], out_dir: Path, baseline: str | None,
-                goodput_steps: list[dict] = (), turns: list[dict] = (), server_series: list[dict] = ()) -> list[Path]:
+                goodput_steps: list[dict] = (), turns: list[dict] = (), server_series: list[dict] = (),
+                capacity: list[dict] = ()) -> list[Path]:
     """Draw every plot the merged rows allow into ``out_dir``; return the files written."""
     written: list[Path] = []
     matrix = matrix_rows(rows)
@@ -146,7 +147,7 @@ def write_plots(rows: list[dict], ratios: list[dict], out_dir: Path, baseline: s
             ax.set_title(f"output token throughput: {baseline} / {server}", fontsize=10)
         written.append(save(fig, out_dir / "throughput_ratio.png"))
     written += knee_plots(rows, palette, out_dir)
-    written += goodput_plots(rows, list(goodput_steps), palette, out_dir)
+    written += goodput_plots(rows, list(goodput_steps), palette, out_dir, list(capacity))
     written += turn_plots(list(turns), palette, out_dir)
     written += server_plots(list(server_series), out_dir)
     return written
@@ -173,8 +174,13 @@ def knee_plots(rows: list[dict], palette: dict[str, str], out_dir: Path) -> list
     return written
 
 
-def goodput_plots(rows: list[dict], steps: list[dict], palette: dict[str, str], out_dir: Path) -> list[Path]:
-    """Goodput against offered rate (capacity steps and open-loop cells), with the ideal y = x."""
+DECISION_MARKERS = {"held": "o", "failed": "x", "undecided": "s"}
+
+
+def goodput_plots(rows: list[dict], steps: list[dict], palette: dict[str, str], out_dir: Path,
+                  capacity: list[dict] = ()) -> list[Path]:
+    """Goodput against offered rate (capacity steps and open-loop cells), with the ideal y = x; each capacity
+    step marked by its decision, each capacity as a line with its interval shaded."""
     points = [dict(s, status="ok") for s in steps if s.get("goodput") is not None and s.get("rate") is not None]
     seen = {(p["server"], p["task"], p["mode"], p["rate"]) for p in points}
     points += [r for r in rows if r.get("status") == "ok" and value(r, "rate") is not None
@@ -184,11 +190,25 @@ def goodput_plots(rows: list[dict], steps: list[dict], palette: dict[str, str], 
         fig, ax = plt.subplots(figsize=(5.5, 4))
         lines = series(points, task, "goodput", x="rate")
         draw(ax, lines, palette, log2_x=False, xlabel="offered requests/s")
+        for decision, marker in DECISION_MARKERS.items():
+            mine = [p for p in points if p["task"] == task and p.get("decision") == decision]
+            for p in mine:
+                ax.plot(p["rate"], p["goodput"], marker, mfc="none", mec=palette.get(p["server"]), ms=8, ls="")
+            if mine:
+                ax.plot([], [], marker, mfc="none", mec="grey", ls="", label=f"step {decision}")
+        for c in capacity:
+            if c.get("task") != task or c.get("capacity_rps") is None:
+                continue
+            color = palette.get(c["server"])
+            ax.axvline(c["capacity_rps"], color=color, lw=1, ls="--")
+            if c.get("ci_low") is not None:
+                ax.axvspan(c["ci_low"], c["ci_high"] if c.get("ci_high") is not None else c["capacity_rps"],
+                           color=color, alpha=0.12, lw=0)
         top = max(p[0] for pts in lines.values() for p in pts)
         ax.plot([0, top], [0, top], ":", color="grey", lw=0.8, label="every request within the SLO")
         ax.legend(fontsize=7)
         ax.set_ylabel("goodput (requests/s within the SLO)")
-        ax.set_title(f"{task}: goodput vs offered rate", fontsize=10)
+        ax.set_title(f"{task}: goodput vs offered rate (capacity: dashed, its interval shaded)", fontsize=9)
         written.append(save(fig, out_dir / f"goodput_{task}.png"))
     return written
 

@@ -1,7 +1,8 @@
 """The report's optional sections, each built from a run where its data exists.
 
 * dispatch-lag warnings (open loop): a cell whose lag p99 passed :data:`LAG_WARN_S`;
-* capacity at SLO (``capacity.jsonl``): per server and task, with ratios between servers;
+* capacity at SLO (``capacity.jsonl``): per server and task with its interval, and ratios between servers;
+* the order the cells ran in (``run.json``, the cells' ``order`` and ``block``);
 * repeats (``--repeat``): the spread of the throughputs over repeats;
 * multi-turn conversations: TTFT and E2E by turn index;
 * server-side metrics (monitor columns from the server's ``/metrics``): series over time per cell;
@@ -13,11 +14,15 @@ Each builder returns plain rows (dicts); :mod:`reports.merge` renders them and
 
 from __future__ import annotations
 
+import datetime as dt
+
 import numpy as np
 
 from llmload.core.metrics import SLO, ratio
+from llmload.core.sequential import UNDECIDED, interval_at
 from llmload.core.stats import CELL_NOISE, Interval, has_enough, min_samples
 from reports.estimates import Requests, cell_intervals, ratio_intervals
+from reports.format import number
 from reports.run import RunData
 
 #: Dispatch lag p99 above which a cell's load generator fell behind its schedule.
@@ -69,35 +74,73 @@ def slo_text(entry: dict) -> str:
         return str(slo)
 
 
-def bracket_ratio(top: dict, bottom: dict) -> Interval:
-    """``top / bottom`` capacity; its interval spans what the two search brackets allow
-    (``[top_low / bottom_high, top_high / bottom_low]``), none where a bracket is open."""
+#: Confidence of each of two capacities whose ratio gets a 95 % interval (Bonferroni: 2 x 2.5 %).
+RATIO_SIDE_CONFIDENCE = 0.975
+
+
+def capacity_interval(entry: dict, confidence: float | None = None) -> tuple[float | None, float | None, str]:
+    """(low, high, what it is) of a search: its interval at ``confidence`` (default: its own), the steps decided
+    again at another level; an older record without one gives its bracket (held, failed), with no confidence."""
+    if "ci_low" not in entry:
+        low, high = (list(entry.get("bracket") or []) + [None, None])[:2]
+        return low, high, "bracket"
+    own = entry.get("confidence")
+    if confidence is None or confidence == own:
+        return entry.get("ci_low"), entry.get("ci_high"), f"{(own or 0) * 100:g} %"
+    low, high = interval_at(entry, confidence)
+    return low, high, f"{confidence * 100:g} %"
+
+
+def capacity_ratio(top: dict, bottom: dict) -> tuple[Interval, str]:
+    """``top / bottom`` capacity with its interval and how it was made.
+
+    Each capacity's interval at :data:`RATIO_SIDE_CONFIDENCE` (its steps decided again at that level), so that
+    both hold together with 95 % confidence and ``[top_low / bottom_high, top_high / bottom_low]`` is a 95 %
+    interval of the ratio; an older record without intervals gives what the two brackets allow, with no
+    confidence. None where an interval is open or starts at 0.
+    """
     value = ratio(top.get("capacity_rps"), bottom.get("capacity_rps"))
-    t_low, t_high = (list(top.get("bracket") or []) + [None, None])[:2]
-    b_low, b_high = (list(bottom.get("bracket") or []) + [None, None])[:2]
+    t_low, t_high, what_t = capacity_interval(top, RATIO_SIDE_CONFIDENCE)
+    b_low, b_high, what_b = capacity_interval(bottom, RATIO_SIDE_CONFIDENCE)
+    method = "brackets" if "bracket" in (what_t, what_b) else "capacity intervals, 97.5 % each"
     steps = len(top.get("steps") or []) + len(bottom.get("steps") or [])
     if None in (t_low, t_high, b_low, b_high) or not b_low or not b_high:
-        return Interval(value, n=steps)
-    return Interval(value, t_low / b_high, t_high / b_low, n=steps)
+        return Interval(value, n=steps), method
+    return Interval(value, t_low / b_high, t_high / b_low, n=steps), method
 
 
-CAPACITY_COLUMNS = ["server", "task", "mode", "slo", "slo_target", "capacity_rps", "bracket_low", "bracket_high",
-                    "saturation_rps", "steps"]
+def capacity_text(entry: dict) -> str | None:
+    """``20.1 [19.4, 20.7]`` (``open`` for an interval with no high end); None when no rate held."""
+    value = entry.get("capacity_rps")
+    if value is None:
+        return None
+    low, high, _ = capacity_interval(entry)
+    if low is None:
+        return number(value)
+    return f"{number(value)} [{number(low)}, {'open' if high is None else number(high)}]"
+
+
+CAPACITY_COLUMNS = ["server", "task", "mode", "slo", "slo_target", "capacity_rps", "ci_low", "ci_high",
+                    "confidence", "held_rps", "not_held_rps", "saturation_rps", "steps", "cells", "undecided"]
 
 
 def capacity_rows(run: RunData) -> list[dict]:
     rows = []
     for e in run.capacity:
-        low, high = (list(e.get("bracket") or []) + [None, None])[:2]
+        held, not_held = (list(e.get("bracket") or []) + [None, None])[:2]
+        low, high, what = capacity_interval(e)
+        steps = e.get("steps") or []
         rows.append({"server": e.get("server"), "task": e.get("task"), "mode": e.get("mode"), "slo": slo_text(e),
-                     "slo_target": e.get("slo_target"), "capacity_rps": e.get("capacity_rps"), "bracket_low": low,
-                     "bracket_high": high, "saturation_rps": e.get("saturation_rps"),
-                     "steps": len(e.get("steps") or []), "_entry": e})
+                     "slo_target": e.get("slo_target"), "capacity_rps": e.get("capacity_rps"), "ci_low": low,
+                     "ci_high": high, "confidence": e.get("confidence"), "interval": what, "held_rps": held,
+                     "not_held_rps": not_held, "saturation_rps": e.get("saturation_rps"), "steps": len(steps),
+                     "cells": sum(len(s.get("looks") or [None]) for s in steps),
+                     "undecided": sum(s.get("decision") == UNDECIDED for s in steps), "_entry": e})
     return rows
 
 
 def capacity_ratios(rows: list[dict], baseline: str | None) -> list[dict]:
-    """Baseline over each other server's capacity, per task and mode, with the brackets' interval."""
+    """Baseline over each other server's capacity, per task and mode, with its interval (:func:`capacity_ratio`)."""
     if baseline is None:
         return []
     tops = {(r["task"], r["mode"]): r for r in rows if r["server"] == baseline}
@@ -106,11 +149,11 @@ def capacity_ratios(rows: list[dict], baseline: str | None) -> list[dict]:
         top = tops.get((r["task"], r["mode"]))
         if r["server"] == baseline or top is None:
             continue
-        iv = bracket_ratio(top["_entry"], r["_entry"])
+        iv, method = capacity_ratio(top["_entry"], r["_entry"])
         out.append({"ratio": f"{baseline} / {r['server']}", "baseline": baseline, "server": r["server"],
                     "task": r["task"], "mode": r["mode"], "concurrency": None, "rate": None, "phase": "capacity",
                     "metric": "capacity_rps", "value": iv.value, "ci_low": iv.low, "ci_high": iv.high,
-                    "significant": iv.significant, "pairs": None, "method": "brackets", "_iv": iv,
+                    "significant": iv.significant, "pairs": None, "method": method, "_iv": iv,
                     "slo": top["slo"]})
     return out
 
@@ -125,19 +168,52 @@ def capacity_sentence(r: dict) -> str:
         text += f" [{iv.low:.2g}, {iv.high:.2g}]"
     text += f" the rate of {r['server']} within {r['slo']}"
     if iv.significant is not None:
-        text += " (significant)" if iv.significant else " (not significant: the brackets overlap)"
+        text += (" (significant)" if iv.significant else
+                 " (not significant: the brackets overlap)" if r.get("method") == "brackets" else
+                 " (not significant: the interval holds 1)")
     return text
 
 
 def goodput_steps(run: RunData) -> list[dict]:
-    """Offered rate against goodput: every capacity step, and every open-loop cell not already a step."""
+    """Offered rate against goodput: every capacity step (with its decision), and every open-loop cell not
+    already a step."""
     rows = []
     for e in run.capacity:
         for step in e.get("steps") or []:
             rows.append({"server": e.get("server"), "task": e.get("task"), "mode": e.get("mode"),
                          "rate": step.get("rate"), "goodput": step.get("goodput"),
-                         "attainment": step.get("attainment")})
+                         "attainment": step.get("attainment"), "decision": step.get("decision")})
     return rows
+
+
+# --------------------------------------------------------------------------- order
+
+
+ORDER_COLUMNS = ["order", "block", "started", "server", "task", "mode", "concurrency", "rate", "repeat", "phase",
+                 "wall_s", "status", "prefix"]
+
+
+def order_rows(run: RunData) -> list[dict]:
+    """The cells in the order they ran (``order`` and ``block`` from the run), with their start and wall times."""
+    cells = sorted((d.cell for d in run.cells if d.cell.order is not None), key=lambda c: c.order)
+    return [{"order": c.order, "block": c.block,
+             "started": dt.datetime.fromtimestamp(c.started).isoformat(timespec="seconds") if c.started else None,
+             "server": c.server, "task": c.task, "mode": c.mode, "concurrency": c.concurrency, "rate": c.rate,
+             "repeat": c.repeat, "phase": c.phase, "wall_s": round(c.wall_s, 1), "status": c.status,
+             "prefix": c.prefix} for c in cells]
+
+
+def order_text(run: RunData) -> str | None:
+    """``interleaved in random blocks (seed 0; ...); 3 blocks, 96 cells, 3 server starts`` from run.json."""
+    order = run.manifest.get("order")
+    if not isinstance(order, dict):
+        return None
+    blocks = {c.get("block") for c in order.get("cells") or [] if c.get("block") is not None}
+    parts = [order.get("description") or order.get("kind") or "?"]
+    if blocks:
+        parts.append(f"{len(blocks)} blocks")
+    parts.append(f"{len(order.get('cells') or [])} cells, {order.get('server_starts', 0)} server starts")
+    return "; ".join(parts)
 
 
 # --------------------------------------------------------------------------- (c) repeats
@@ -152,7 +228,7 @@ def repeat_rows(groups: list[dict]) -> list[dict]:
     rows = []
     for g in groups:
         cells = g.get("_cells") or []
-        if len(cells) < 2:
+        if len(cells) < 2 or g.get("phase") == "capacity":  # a capacity step's looks differ in size: no repeats
             continue
         row = {k: g.get(k) for k in ("server", "task", "mode", "concurrency", "rate", "phase")}
         row["repeats"] = len(cells)

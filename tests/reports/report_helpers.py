@@ -10,10 +10,12 @@ from pathlib import Path
 
 import numpy as np
 
-from llmload.core.metrics import RequestResult
+from llmload.core.metrics import SLO, RequestResult
 from llmload.core.rawlog import write_results
 from llmload.core.runfiles import Cell, append_cell, write_manifest
+from llmload.core.sequential import Budget, Look, Trend
 from llmload.core.services import ServiceProcess, free_port, local_url
+from llmload.runner.capacity import CapacitySearch, search_cells
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -201,3 +203,19 @@ def monitor_rows(t0: float, seconds: int, running, waiting=None, kv=None, hit=No
                      "server_kv_cache_pct": "" if kv is None else kv(t),
                      "server_prefix_cache_hit_pct": "" if hit is None else hit(t)})
     return rows
+
+
+def searched(capacity: float, saturation: float, server: str) -> dict:
+    """A capacity.jsonl record of the runner's search on scripted looks: all requests meet the SLO up to
+    ``capacity``, half of them beyond; the backlog steady (slope 0 +- 0.05 req/s)."""
+    search = CapacitySearch(saturation, 90.0, Budget(steps=6, looks=4))
+    steps = search_cells(search, lambda probe: probe, lambda probe, look: look)
+    probe = next(steps)
+    try:
+        while True:
+            n = 40 * 2 ** probe.look
+            met = n if probe.rate <= capacity else n // 2
+            probe = steps.send(Look(n, met, trends=[Trend("backlog", 0.5, 0.0, 0.0, 10, 0.0, 0.05)]))
+    except StopIteration:
+        pass
+    return search.entry(server, "qa", "stream", SLO(ttft=1.0))

@@ -6,9 +6,11 @@ import json
 import zlib
 
 import numpy as np
+import pytest
 
+from llmload.core.sequential import interval_at
 from reports.compare import main
-from report_helpers import ScriptedRun, closed_loop, read_csv, run_module
+from report_helpers import ScriptedRun, closed_loop, read_csv, run_module, searched
 
 
 def compared(run_a, run_b, out) -> list[dict]:
@@ -90,6 +92,18 @@ def test_capacity_results_are_compared_by_their_brackets(tmp_path):
     c = scripted(tmp_path / "c", capacity=[capacity_entry("basic", 2.0, [2.0, 3.0])])
     (same,) = [r for r in compared(a.path, c.path, tmp_path / "out2") if r["metric"] == "capacity_rps"]
     assert same["significant"] == "False"
+
+
+def test_capacities_with_intervals_are_compared_by_them(tmp_path):
+    a = scripted(tmp_path / "a", capacity=[searched(4.1, 8.0, "basic")])
+    b = scripted(tmp_path / "b", capacity=[searched(8.3, 8.0, "basic")])
+    (row,) = [r for r in compared(a.path, b.path, tmp_path / "out") if r["metric"] == "capacity_rps"]
+    low_a, high_a = interval_at(json.loads((a.path / "capacity.jsonl").read_text()), 0.975)
+    low_b, high_b = interval_at(json.loads((b.path / "capacity.jsonl").read_text()), 0.975)
+    assert row["method"] == "capacity intervals, 97.5 % each" and row["significant"] == "True"
+    assert (float(row["ci_low"]), float(row["ci_high"])) == pytest.approx((low_b / high_a, high_b / low_a))
+    md = (tmp_path / "out" / "compare.md").read_text()
+    assert "| basic qa stream    | ttft<=1000ms | 4." in md and "capacity intervals, 97.5 % each" in md
 
 
 def test_folders_that_are_not_runs_are_one_line(tmp_path):

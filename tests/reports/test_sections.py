@@ -11,8 +11,9 @@ import pytest
 from llmload.core.metrics import column_title, summarize
 from llmload.core.rawlog import read_results
 from llmload.core.runfiles import read_cells
+from llmload.core.sequential import interval_at
 from reports.merge import merge_run
-from report_helpers import ScriptedRun, closed_loop, monitor_rows, open_loop, read_csv
+from report_helpers import ScriptedRun, closed_loop, monitor_rows, open_loop, read_csv, searched
 
 
 def merged(run: ScriptedRun, out, **kw) -> str:
@@ -71,11 +72,36 @@ def test_capacity_table_ratio_sentence_and_the_knee_plots(tmp_path):
     assert ("- qa stream: vllm holds 4x [3.2, 5] the rate of basic-naive within ttft<=1000ms (significant)"
             in md)
     capacity = {r["server"]: r for r in read_csv(tmp_path / "r" / "capacity.csv")}
-    assert capacity["vllm"]["capacity_rps"] == "8.0" and capacity["basic-naive"]["bracket_high"] == "2.5"
+    assert capacity["vllm"]["capacity_rps"] == "8.0" and capacity["basic-naive"]["ci_high"] == "2.5"
     (cap_ratio,) = [r for r in read_csv(tmp_path / "r" / "ratios.csv") if r["metric"] == "capacity_rps"]
     assert cap_ratio["ratio"] == "vllm / basic-naive" and float(cap_ratio["value"]) == 4.0
     for name in ("knee_qa.png", "goodput_qa.png"):
         assert (tmp_path / "r" / name).stat().st_size > 1000 and f"]({name})" in md
+
+
+def test_capacity_with_its_interval_and_the_ratio_from_two_97_5_percent_intervals(tmp_path):
+    run = ScriptedRun(tmp_path / "run", {"baseline": "vllm"})
+    run.add("vllm", "qa", "stream", 16, open_loop(8.0, 20, 0.05, t0=1000.0), rate=8.0, phase="sweep")
+    fast, slow = searched(8.3, 10.0, "vllm"), searched(2.1, 10.0, "basic-naive")
+    with (run.path / "capacity.jsonl").open("w") as out:
+        out.write(json.dumps(fast) + "\n" + json.dumps(slow) + "\n")
+    md = merged(run, tmp_path / "r")
+    rows = {r["server"]: r for r in read_csv(tmp_path / "r" / "capacity.csv")}
+    for entry in (fast, slow):
+        row = rows[entry["server"]]
+        assert float(row["ci_low"]) == pytest.approx(entry["ci_low"]) and row["confidence"] == "0.95"
+        assert float(row["ci_low"]) < float(row["held_rps"]) < float(row["capacity_rps"]) < float(row["ci_high"])
+    # each side at 97.5 %: its steps decided again, a lower floor than at 95 % (a wider bound on the growth)
+    low_f, high_f = interval_at(fast, 0.975)
+    low_s, high_s = interval_at(slow, 0.975)
+    assert low_f < fast["ci_low"] and high_f == fast["ci_high"]
+    (ratio,) = [r for r in read_csv(tmp_path / "r" / "ratios.csv") if r["metric"] == "capacity_rps"]
+    assert float(ratio["ci_low"]) == pytest.approx(low_f / high_s)
+    assert float(ratio["ci_high"]) == pytest.approx(high_f / low_s)
+    assert ratio["method"] == "capacity intervals, 97.5 % each" and ratio["significant"] == "True"
+    table = md[md.index("## Capacity at SLO"):]
+    assert f"| {float(rows['vllm']['capacity_rps']):.3g} [" in table and "95 %" in table
+    assert "- qa stream: vllm holds 4.1x [" in table and "(significant)" in table
 
 
 def test_repeats_show_their_spread(tmp_path):
