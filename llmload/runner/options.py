@@ -70,7 +70,7 @@ def build_parser() -> OneLineParser:
                     "tokens per cell. See docs/runner.md.",
         epilog="Progress: one line per cell, '[done/total] server task mode level: figures (cell seconds); about N "
                "min left'. The time left is the mean time of the cells done so far times the cells left, plus the "
-               "mean server start-up so far times the servers still to start. SIGINT or SIGTERM (to the runner or "
+               "mean server start-up so far times the start-ups still expected. SIGINT or SIGTERM (to the runner or "
                "its process group) stops Locust first, gracefully, then the server; the cell is recorded as "
                "interrupted, a partial report is made, and the exit code is 130 (SIGINT) or 143 (SIGTERM).")
     matrix = p.add_argument_group("the matrix")
