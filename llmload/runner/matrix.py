@@ -357,9 +357,9 @@ class Runner:
         self.failed_any = True
         cell.status, cell.error = "skipped", why
         self.record(cell)
+        label = f"{self.progress.counter()} {cell_label(cell, self.plan.max_repeats)}"
         self.progress.cell_done(None)
-        print(f"{self.progress.counter()} {cell_label(cell, self.plan.max_repeats)}: skipped ({why}); "
-              f"{self.progress.left_text()}", flush=True)
+        print(f"{label}: skipped ({why}); {self.progress.left_text()}", flush=True)
         if self.args.on_error == "stop":
             self.halted = True
 
