@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from llmload.core.runfiles import Cell, read_manifest
+from llmload.core.runfiles import Cell, RunFolderError, read_manifest
 from reports.merge import run_rows
-from reports.run import RunData, load_cell
+from reports.run import ReportError, RunData, load_cell
 
 #: The headline figures of a cell, by mode.
 HEADLINE = {"stream": ("output_token_throughput", "ttft_p50"), "sync": ("output_token_throughput",)}
@@ -26,11 +26,15 @@ MIN_REPEATS = 2
 def half_widths(run_dir: Path, cells: list[Cell]) -> dict[str, float | None]:
     """Each headline figure's larger half-width over its value, for ``cells`` (one level's repeats) pooled;
     None where the report gives that figure no interval."""
-    run = RunData(Path(run_dir), read_manifest(run_dir), [load_cell(Path(run_dir), c) for c in cells], [])
+    columns = HEADLINE.get(cells[0].mode, HEADLINE["sync"])
+    try:
+        run = RunData(Path(run_dir), read_manifest(run_dir), [load_cell(Path(run_dir), c) for c in cells], [])
+    except (ReportError, RunFolderError):  # a file the report cannot read: no interval, so no convergence
+        return {column: None for column in columns}
     _, groups = run_rows(run)
     found = groups[0].get("_iv", {}) if groups else {}
     out: dict[str, float | None] = {}
-    for column in HEADLINE.get(cells[0].mode, HEADLINE["sync"]):
+    for column in columns:
         iv = found.get(column)
         if iv is None or not iv.has_interval or not iv.value:
             out[column] = None
