@@ -6,8 +6,9 @@ held and the lowest that did not, until the two are within :data:`TOLERANCE`
 of each other or ``--capacity-steps`` rates have been tried. Each rate is a
 *step* of up to ``--capacity-looks`` cells: the first sends ``--requests``
 requests, each later one twice as many as the one before (a longer look
-gives a queue more time to show its growth), and after each the step is decided by :func:`llmload.core.sequential.decide`
-(held, failed, or undecided: one more look). A step still undecided at its
+gives a queue more time to show its growth), and after each the step is
+decided by :func:`llmload.core.sequential.decide` (held, failed, or
+undecided: one more look). A step still undecided at its
 last look counts as not held for the bisection, and as neither bound of the
 interval. The capacity is the middle of [highest held, lowest not held]; its
 interval is [highest floor of a held step, lowest failed], a held step's floor
