@@ -97,6 +97,14 @@ class ServerSettings:
         0, "mock engine: requests generating at once (K service slots); the others wait in a FIFO queue, so with "
            "requests of one length the server holds exactly K / (ttft + (tokens - 1) x itl) requests/s; 0 = no "
            "limit (default: %(default)s)", type=non_negative_int)
+    mock_speed_period_ms: float = setting(
+        0.0, "mock engine: every this many ms of wall-clock time its delays change by a seeded random factor "
+             "(lognormal, --mock-speed-sd), as a real server's speed drifts with its batches; 0 = constant speed "
+             "(default: %(default)s)", type=non_negative_float)
+    mock_speed_sd: float = setting(0.3, "mock engine: log-scale standard deviation of that factor "
+                                        "(default: %(default)s)", type=non_negative_float)
+    mock_speed_seed: int = setting(0, "mock engine: seed of those factors (default: %(default)s)",
+                                   type=non_negative_int)
     log_level: str = setting("info", "log level (default: %(default)s)", choices=LOG_LEVELS)
 
     # ------------------------------------------------------------------ the environment

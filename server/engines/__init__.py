@@ -33,5 +33,7 @@ def create_engine(settings: ServerSettings) -> Engine:
                           ttft_ms=settings.mock_ttft_ms, itl_ms=settings.mock_itl_ms,
                           reasoning_tokens=settings.mock_reasoning_tokens,
                           reasoning_field=settings.mock_reasoning_field,
-                          tokens_per_chunk=settings.mock_tokens_per_chunk, slots=settings.mock_slots)
+                          tokens_per_chunk=settings.mock_tokens_per_chunk, slots=settings.mock_slots,
+                          speed_period_ms=settings.mock_speed_period_ms, speed_sd=settings.mock_speed_sd,
+                          speed_seed=settings.mock_speed_seed)
     raise ValueError(f"unknown engine {settings.engine!r} (choose from {', '.join(ENGINES)})")

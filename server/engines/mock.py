@@ -4,6 +4,11 @@ It serves any number of requests at once and emits each token at a known time:
 the first after ``ttft_ms``, then one every ``itl_ms``, scheduled from the
 request's arrival so that delays never drift. Tests and the load-generator
 calibration compare what the Locust suite measures against these known timings.
+With ``speed_period_ms`` its speed changes every period of wall-clock time by a
+seeded lognormal factor (a server whose batches make it faster and slower): each
+delay is scaled by the factor of the period it starts in, so figures correlate
+over time within a run (the coverage benchmark's test case; with ``slots`` a
+slot is held for the constant-speed service time).
 Tokens are words (`` w0 w1 ...``); the prompt's token count is its word count.
 
 Options: the first ``reasoning_tokens`` tokens of an answer are reasoning
@@ -24,6 +29,8 @@ request cancelled while it waits keeps its slot until its scheduled end.
 from __future__ import annotations
 
 import asyncio
+import math
+import random
 import time
 from typing import AsyncIterator
 
@@ -41,7 +48,8 @@ class MockEngine(Engine):
 
     def __init__(self, model: str, served_model_name: str, max_model_len: int | None = None,
                  ttft_ms: float = 200.0, itl_ms: float = 20.0, reasoning_tokens: int = 0,
-                 reasoning_field: str = "reasoning", tokens_per_chunk: int = 1, slots: int = 0):
+                 reasoning_field: str = "reasoning", tokens_per_chunk: int = 1, slots: int = 0,
+                 speed_period_ms: float = 0.0, speed_sd: float = 0.3, speed_seed: int = 0):
         super().__init__(model, served_model_name, max_model_len)
         self.ttft = ttft_ms / 1000.0
         self.itl = itl_ms / 1000.0
@@ -53,6 +61,17 @@ class MockEngine(Engine):
         self.slots = slots  # 0: no limit
         self.waiting = 0  # requests queued for a slot
         self._free_at = [0.0] * slots  # per slot: when its last scheduled request ends (perf_counter seconds)
+        self.speed_period = speed_period_ms / 1000.0
+        self.speed_sd, self.speed_seed = speed_sd, speed_seed
+        self.wall_offset = time.time() - time.perf_counter()
+
+    def slowdown(self, at: float) -> float:
+        """The delay factor of the period holding ``at`` (perf_counter): 1, or a lognormal draw seeded by the seed
+        and the period's index in wall-clock time (servers started apart see one sequence)."""
+        if not self.speed_period:
+            return 1.0
+        period = int((at + self.wall_offset) / self.speed_period)
+        return math.exp(self.speed_sd * random.Random(f"{self.speed_seed}:{period}").gauss(0.0, 1.0))
 
     def start(self) -> None:
         pass
@@ -84,9 +103,13 @@ class MockEngine(Engine):
         self.running += 1
         total, thinking = params.max_tokens, min(self.reasoning_tokens, params.max_tokens)
         try:
+            due, scheduled = start + self.ttft * self.slowdown(start), 0  # when token `scheduled` is due
             for first in range(0, total, self.tokens_per_chunk):
                 last = min(first + self.tokens_per_chunk, total) - 1  # the chunk goes out when its last token is due
-                delay = start + self.ttft + last * self.itl - time.perf_counter()
+                for _ in range(scheduled, last):
+                    due += self.itl * self.slowdown(due)
+                scheduled = last
+                delay = due - time.perf_counter()
                 if delay > 0:
                     await asyncio.sleep(delay)
                 tokens = range(first, last + 1)
@@ -104,6 +127,9 @@ class MockEngine(Engine):
         return EngineLoad(running=self.running, waiting=self.waiting)
 
     def info(self) -> dict:
-        return {**super().info(), "ttft_ms": self.ttft * 1000, "itl_ms": self.itl * 1000,
+        info = {**super().info(), "ttft_ms": self.ttft * 1000, "itl_ms": self.itl * 1000,
                 "reasoning_tokens": self.reasoning_tokens, "reasoning_field": self.reasoning_field,
                 "tokens_per_chunk": self.tokens_per_chunk, "slots": self.slots}
+        if self.speed_period:
+            info.update(speed_period_ms=self.speed_period * 1000, speed_sd=self.speed_sd, speed_seed=self.speed_seed)
+        return info
