@@ -1,24 +1,27 @@
-"""Confidence intervals for the suite's figures: order statistics, seeded bootstrap, paired ratios, repeats.
+"""Confidence intervals for the suite's figures: blocks in time, order statistics, paired ratios, repeats.
 
 Everything is numpy and vectorised: a bootstrap draws one ``(resamples, units)``
-matrix of counts (how often each unit, a request or a prompt id, is drawn) and
-computes every replicate from it with matrix products and one cumulative sum,
-in blocks of bounded size. Methods, formulas and the reasons for them are in
-``docs/statistics.md``.
+matrix of counts (how often each unit, a request or a prompt occurrence, is drawn)
+and computes every replicate from it with matrix products and one cumulative sum,
+in blocks of bounded size. Methods, formulas, their measured coverage and the
+reasons for them are in ``docs/statistics.md``.
 
-* :func:`interval` / :func:`intervals`: a :class:`Statistic` with its 95 %
-  interval: a percentile of one value per unit between two order statistics
-  (:func:`order_interval`); anything else by the expanded percentile bootstrap
-  over its units (every inter-token gap of a request moves with it).
+* :func:`interval` / :func:`intervals`: a :class:`Statistic` with its 95 % interval
+  within one run: the circular block bootstrap over units in time order, blocks as
+  long as :func:`block_length` finds the statistic's errors correlated (every
+  inter-token gap moves with its request); without correlation a percentile of one
+  value per unit takes the interval between two order statistics (:func:`order_interval`).
 * :func:`ratio_interval`: ``top / bottom`` of the same statistic on two sets of
-  requests, resampling the prompt ids both answered (paired), or each set on
-  its own when they share none; :func:`widened` adds run-to-run noise.
-* :func:`repeat_interval`, :func:`repeat_ratio_interval`: Student's / Welch's t
-  over repeated runs.
+  requests, the same blocks of shared units (prompt occurrences) for both (paired),
+  or each set on its own when they share none.
+* :func:`widened`: an interval widened by a calibrated run-to-run spread.
+* :func:`repeat_interval`, :func:`repeat_ratio_interval`: Student's / Welch's t over
+  repeated runs (both levels of variation).
 * :func:`min_samples`: the minimum-sample rule.
 
-A report is reproducible: each interval's random stream is seeded with
-:data:`SEED` and a key naming what it estimates (:func:`rng_for`).
+Every :class:`Interval` says in ``covers`` which levels of variation it covers. A
+report is reproducible: each interval's random stream is seeded with :data:`SEED`
+and a key naming what it estimates (:func:`rng_for`).
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ import numpy as np
 from llmload.core.metrics import ratio
 
 CONFIDENCE = 0.95
+#: The normal distribution's 97.5 % quantile.
+Z975 = 1.959964
 #: Bootstrap resamples per interval.
 RESAMPLES = 2000
 #: Base seed of every bootstrap (combined with the key of what is estimated).
@@ -40,9 +45,13 @@ SEED = 20261202
 #: Fewest units for a mean, a rate or a bootstrap over shared units (on exponential data the bootstrap
 #: of a mean covers 91 % at 10 values, 93 % at 15, 94-95 % from 36 on).
 MIN_MEAN_SAMPLES = 10
-#: Relative standard deviation of one cell's figure between identical setups (run-to-run noise), used where
-#: repeats cannot measure it (how it was measured: docs/statistics.md).
-CELL_NOISE = 0.03
+#: What an interval covers (``Interval.covers``): the variation within one run (between requests and over
+#: time), or that plus the run-to-run variation a calibration measured; ``across_repeats`` names the third.
+WITHIN_RUN = "within-run only"
+CALIBRATED = "within-run + calibrated run-to-run"
+#: Block length over Politis & White's: theirs minimises the error of the variance estimate, and an interval's
+#: coverage suffers more from the downward bias of short blocks (measured: docs/statistics.md).
+BLOCK_FACTOR = 2
 #: Samples of at least this many values take their bootstrap percentiles from a window of ranks.
 WINDOW_VALUES = 4096
 #: Values per bootstrap block (``resamples x values``), bounding memory to a few tens of MiB.
@@ -62,17 +71,27 @@ class Interval:
     low: float | None = None
     high: float | None = None
     n: int = 0  # values (or pairs of units, for a ratio) the estimate rests on
+    covers: str = ""  # the levels of variation the interval covers (WITHIN_RUN, CALIBRATED, across_repeats)
 
     @property
     def has_interval(self) -> bool:
         return self.low is not None and self.high is not None
 
     @property
-    def significant(self) -> bool | None:
+    def excludes_one(self) -> bool | None:
         """For a ratio: the interval excludes 1 (None without an interval)."""
         if not self.has_interval:
             return None
         return self.low > 1.0 or self.high < 1.0
+
+    @property
+    def significant(self) -> bool | None:
+        """For a ratio: the interval excludes 1 and covers more than one run's own variation (None: not judged).
+
+        Repeated runs of a cell differ by more than a within-run interval shows, so a
+        ratio whose interval is :data:`WITHIN_RUN` is not called significant either way.
+        """
+        return None if self.covers == WITHIN_RUN else self.excludes_one
 
 
 # --------------------------------------------------------------------------- the minimum-sample rule
@@ -129,6 +148,75 @@ def resample_counts(units: int, resamples: int, rng: np.random.Generator) -> np.
     return counts.astype(np.int32)
 
 
+# --------------------------------------------------------------------------- blocks in time
+
+
+def block_length(series: np.ndarray, factor: float = BLOCK_FACTOR) -> int:
+    """The block length for ``series`` (in time order): ``factor`` times Politis & White's (2004).
+
+    Politis & White's automatic length for the circular block bootstrap, with Patton,
+    Politis & White's (2009) correction: ``b = (2 G^2 / D)^(1/3) n^(1/3)``, ``G`` and
+    ``D = 4/3 g(0)^2`` from the autocovariances under a flat-top lag window of width ``M``,
+    twice the first lag ``m`` after which ``K_n = max(5, log10 n)`` autocorrelations in a row
+    are insignificant (``|r| < 2 sqrt(log10(n) / n)``). 1 when ``m`` is 0 (no autocorrelation
+    found: the units are treated as independent); at most ``min(3 sqrt(n), n / 3)``.
+    """
+    x = np.asarray(series, dtype=float)
+    n = x.size
+    if n < 8:
+        return 1
+    e = x - x.mean()
+    gamma0 = float(e @ e) / n
+    if gamma0 <= 0:
+        return 1
+    kn = max(5, math.ceil(math.log10(n)))
+    m_max = min(math.ceil(math.sqrt(n)) + kn, n - 1)
+    acv = np.array([float(e[k:] @ e[:n - k]) / n for k in range(m_max + 1)])
+    small = np.abs(acv[1:] / gamma0) < 2.0 * math.sqrt(math.log10(n) / n)  # small[k - 1]: lag k insignificant
+    first = next((m for m in range(small.size - kn + 1) if small[m:m + kn].all()), None)
+    if first == 0:
+        return 1
+    width = min(m_max, 2 * first if first is not None else m_max)
+    k = np.arange(1, width + 1)
+    window = np.where(k / width <= 0.5, 1.0, 2.0 * (1.0 - k / width))  # the flat-top (trapezoid) window
+    g0 = acv[0] + 2.0 * float((window * acv[k]).sum())
+    big_g = 2.0 * float((window * k * acv[k]).sum())
+    if g0 <= 0 or big_g == 0:
+        return 1
+    b = (2.0 * big_g ** 2 / (4.0 / 3.0 * g0 ** 2)) ** (1.0 / 3.0) * n ** (1.0 / 3.0)
+    return int(max(1, min(math.ceil(min(3.0 * math.sqrt(n), n / 3.0)), round(factor * b))))
+
+
+def block_counts(units: int, resamples: int, rng: np.random.Generator, length: int = 1,
+                 method: str = "circular") -> np.ndarray:
+    """``(resamples, units)`` counts of units in time order drawn in blocks of consecutive units.
+
+    ``circular`` (Politis & Romano 1992): ``ceil(units / length)`` blocks of ``length`` from
+    uniform starts, wrapping past the end, cut to ``units``; ``moving`` (Kuensch 1989): the
+    same without wrapping (starts in ``0 .. units - length``); ``stationary`` (Politis &
+    Romano 1994): geometric lengths of mean ``length``. ``length`` 1 is the bootstrap of
+    independent units (:func:`resample_counts`).
+    """
+    if length <= 1 or units <= 1:
+        return resample_counts(units, resamples, rng)
+    length = min(length, units)
+    if method == "stationary":
+        starts = rng.integers(0, units, size=(resamples, units))
+        restart = rng.random((resamples, units)) < 1.0 / length
+        restart[:, 0] = True
+        step = np.arange(units)
+        last = np.maximum.accumulate(np.where(restart, step, 0), axis=1)
+        draws = (np.take_along_axis(starts, last, axis=1) + step - last) % units
+    else:
+        blocks = -(-units // length)
+        top = units if method == "circular" else units - length + 1
+        starts = rng.integers(0, top, size=(resamples, blocks))
+        draws = ((starts[:, :, None] + np.arange(length)).reshape(resamples, -1)[:, :units]) % units
+    offsets = (np.arange(resamples) * units)[:, None]
+    counts = np.bincount((draws + offsets).ravel(), minlength=resamples * units).reshape(resamples, units)
+    return counts.astype(np.int32)
+
+
 # --------------------------------------------------------------------------- statistics of weighted samples
 
 
@@ -176,12 +264,15 @@ class Statistic:
     units: np.ndarray | None = None
     denominators: np.ndarray | None = None
     scale: float = 1.0
+    order: np.ndarray | None = None  # the unit labels in time order (default: sorted, e.g. request indices)
 
     def __post_init__(self) -> None:
         self.values = np.asarray(self.values, dtype=float)
         if self.units is None:
             self.units = np.arange(self.values.size)
         self.units = np.asarray(self.units)
+        labels = np.unique(self.units)
+        self.order = labels if self.order is None else np.asarray(self.order)[np.isin(self.order, labels)]
         if self.denominators is not None:
             self.denominators = np.asarray(self.denominators, dtype=float)
         if self.stat != "rate":
@@ -223,7 +314,36 @@ class Statistic:
         """The same statistic on the values whose unit is in ``keep``."""
         mask = np.isin(self.units, keep)
         return Statistic(self.stat, self.values[mask], self.units[mask],
-                         None if self.denominators is None else self.denominators[mask], self.scale)
+                         None if self.denominators is None else self.denominators[mask], self.scale,
+                         self.order[np.isin(self.order, keep)])
+
+    def influence(self, order: np.ndarray | None = None) -> np.ndarray:
+        """Each unit's contribution to the statistic's error, units in time order (``order``: another order).
+
+        A mean: ``sum(values) - mean * count``; a rate: ``sum(values) - ratio * sum(denominators)``; a
+        percentile ``q``: ``count(values <= estimate) - q * count`` (the linearised statistic; its
+        autocorrelation sets the block length).
+        """
+        order = self.order if order is None else order
+        labels = np.unique(self.units)
+        column = np.searchsorted(labels, self.units)
+        count = np.bincount(column, minlength=labels.size).astype(float)
+        if self.stat == "rate":
+            den = np.bincount(column, weights=self.denominators, minlength=labels.size)
+            total = float(den.sum())
+            level = float(self.values.sum()) / total if total > 0 else 0.0
+            contribution = np.bincount(column, weights=self.values, minlength=labels.size) - level * den
+        elif self.stat == "mean":
+            contribution = np.bincount(column, weights=self.values, minlength=labels.size) - self.values.mean() * count
+        else:
+            q = quantile_of(self.stat)
+            below = (self.values <= np.percentile(self.values, 100.0 * q)).astype(float)
+            contribution = np.bincount(column, weights=below, minlength=labels.size) - q * count
+        return contribution[np.searchsorted(labels, order)]
+
+    def block_length(self, order: np.ndarray | None = None, factor: float = BLOCK_FACTOR) -> int:
+        """:func:`block_length` of the statistic's :meth:`influence` series."""
+        return block_length(self.influence(order), factor) if self.n else 1
 
     def replicates(self, unit_labels: np.ndarray, counts: np.ndarray, weights: np.ndarray | None = None
                    ) -> np.ndarray:
@@ -311,7 +431,7 @@ def windowed_quantile(sorted_values: np.ndarray, column: np.ndarray, counts: np.
     return out
 
 
-def expanded_alpha(units: int) -> float:
+def expanded_alpha(units: float) -> float:
     """The tail probability of each side of the expanded percentile interval (Hesterberg 2015).
 
     The plain percentile interval is too narrow in small samples (the bootstrap's spread
@@ -322,7 +442,7 @@ def expanded_alpha(units: int) -> float:
     alpha = (1.0 - CONFIDENCE) / 2.0
     if units < 2:
         return alpha
-    z = math.sqrt(units / (units - 1)) * t_quantile(units - 1)
+    z = math.sqrt(units / (units - 1)) * t_quantile(max(1, round(units - 1)))
     return 0.5 * math.erfc(z / math.sqrt(2.0))
 
 
@@ -354,7 +474,7 @@ def order_interval(values: np.ndarray, q: float) -> tuple[float | None, float | 
     return float(x[low_rank - 1]), float(x[high_rank - 1])
 
 
-def _percentile_interval(replicates: np.ndarray, units: int) -> tuple[float | None, float | None]:
+def _percentile_interval(replicates: np.ndarray, units: float) -> tuple[float | None, float | None]:
     finite = replicates[np.isfinite(replicates)]
     if finite.size < 0.9 * replicates.size or finite.size == 0:
         return None, None
@@ -363,118 +483,162 @@ def _percentile_interval(replicates: np.ndarray, units: int) -> tuple[float | No
     return float(low), float(high)
 
 
-def interval(statistic: Statistic, key: Sequence[Hashable] = (), resamples: int = RESAMPLES) -> Interval:
-    """The statistic with its 95 % percentile-bootstrap interval over its units.
-
-    Below the minimum-sample rule the value is None (``n`` says how many there were);
-    a ``max`` gets its value and no interval.
-    """
-    n = statistic.n
-    if statistic.stat == "max":
-        return Interval(statistic.point(), n=n)
-    if not statistic.enough:
-        return Interval(None, n=n)
-    if statistic.stat.startswith("p") and statistic.one_per_unit:
-        low, high = order_interval(statistic.values, quantile_of(statistic.stat))
-        return Interval(statistic.point(), low, high, n)
-    labels = np.unique(statistic.units)
-    counts = resample_counts(labels.size, resamples, rng_for(*key, statistic.stat))
-    low, high = _percentile_interval(statistic.replicates(labels, counts), labels.size)
-    return Interval(statistic.point(), low, high, n)
+def time_counts(labels: np.ndarray, order: np.ndarray, resamples: int, rng: np.random.Generator,
+                length: int, method: str = "circular") -> np.ndarray:
+    """:func:`block_counts` over ``order`` (unit labels in time order) as columns of ``labels`` (sorted)."""
+    drawn = block_counts(order.size, resamples, rng, length, method)
+    counts = np.empty_like(drawn)
+    counts[:, np.searchsorted(labels, order)] = drawn
+    return counts
 
 
-def intervals(statistics: dict[str, Statistic], key: Sequence[Hashable] = (),
-              resamples: int = RESAMPLES) -> dict[str, Interval]:
-    """Several statistics of the same units, all from one set of resamples (one draw, one seed).
+def _blocks(units: int, length: int) -> float:
+    """Independent pieces a resample is made of (the expanded interval's sample size)."""
+    return units / max(1, length)
 
-    Percentiles of the same values array are computed together (one sort, one cumulative sum).
+
+def interval(statistic: Statistic, key: Sequence[Hashable] = (), resamples: int = RESAMPLES,
+             blocks: bool = True, **options) -> Interval:
+    """The statistic with its 95 % within-run interval (:func:`intervals` of one statistic)."""
+    return intervals({statistic.stat: statistic}, (*key, statistic.stat), resamples, blocks,
+                     **options)[statistic.stat]
+
+
+def intervals(statistics: dict[str, Statistic], key: Sequence[Hashable] = (), resamples: int = RESAMPLES,
+              blocks: bool = True, method: str = "circular", factor: float = BLOCK_FACTOR
+              ) -> dict[str, Interval]:
+    """Each statistic with its 95 % within-run interval; statistics of one block length share one draw.
+
+    Units are resampled in circular blocks of consecutive units in time order (the default
+    order: sorted labels, i.e. request indices by start time), of the length
+    :func:`block_length` finds in each statistic's :meth:`~Statistic.influence` series;
+    length 1 (no autocorrelation found) is the bootstrap of independent units, and a
+    percentile of one value per unit then takes the order-statistic interval. ``blocks=False``:
+    every statistic as if its units were independent (the method before blocks); ``method``
+    and ``factor``: the other block schemes and lengths the coverage benchmark compares. Below
+    the minimum-sample rule the value is None; a ``max`` gets its value and no interval.
+    Percentiles of the same values with the same block length share one sort.
     """
     result: dict[str, Interval] = {}
-    pending: dict[str, Statistic] = {}
+    pending: dict[int, dict[str, Statistic]] = {}
     for name, s in statistics.items():
         if s.stat == "max":
             result[name] = Interval(s.point(), n=s.n)
-        elif not s.enough:
+            continue
+        if not s.enough:
             result[name] = Interval(None, n=s.n)
-        elif s.stat.startswith("p") and s.one_per_unit:
+            continue
+        length = s.block_length(factor=factor) if blocks else 1
+        if s.stat.startswith("p") and s.one_per_unit and length == 1:
             low, high = order_interval(s.values, quantile_of(s.stat))
-            result[name] = Interval(s.point(), low, high, s.n)
+            result[name] = Interval(s.point(), low, high, s.n, WITHIN_RUN)
         else:
-            pending[name] = s
-    if pending:
-        labels = np.unique(np.concatenate([s.units for s in pending.values()]))
-        counts = resample_counts(labels.size, resamples, rng_for(*key))
+            pending.setdefault(length, {})[name] = s
+    for length, group in pending.items():
+        order = np.unique(np.concatenate([s.order for s in group.values()]))
+        rng = rng_for(*key) if length == 1 else rng_for(*key, "blocks", length)
+        counts = time_counts(order, order, resamples, rng, length, method)
         weights = counts.astype(float)
         shared: dict[int, list[str]] = {}
-        for name, s in pending.items():
+        for name, s in group.items():
             if s.stat in ("mean", "rate"):
-                low, high = _percentile_interval(s.replicates(labels, counts, weights), s.n_units)
-                result[name] = Interval(s.point(), low, high, s.n)
+                low, high = _percentile_interval(s.replicates(order, counts, weights), _blocks(s.n_units, length))
+                result[name] = Interval(s.point(), low, high, s.n, WITHIN_RUN)
             else:
                 shared.setdefault(id(s.values), []).append(name)
         for names in shared.values():
-            first = pending[names[0]]
-            reps = first.quantile_replicates(labels, counts, [quantile_of(pending[n].stat) for n in names], weights)
+            first = group[names[0]]
+            reps = first.quantile_replicates(order, counts, [quantile_of(group[n].stat) for n in names], weights)
             for name, row in zip(names, reps):
-                low, high = _percentile_interval(row, first.n_units)
-                result[name] = Interval(pending[name].point(), low, high, pending[name].n)
+                low, high = _percentile_interval(row, _blocks(first.n_units, length))
+                result[name] = Interval(group[name].point(), low, high, group[name].n, WITHIN_RUN)
     return {name: result[name] for name in statistics}
 
 
 def ratio_interval(top: Statistic, bottom: Statistic, key: Sequence[Hashable] = (),
-                   resamples: int = RESAMPLES, paired: bool = True, draws: dict | None = None
-                   ) -> tuple[Interval, bool]:
-    """``top / bottom`` with its 95 % interval, and whether it was paired.
+                   resamples: int = RESAMPLES, paired: bool = True, draws: dict | None = None,
+                   blocks: bool = True) -> tuple[Interval, bool]:
+    """``top / bottom`` with its 95 % within-run interval, and whether it was paired.
 
-    Paired (the default, where the two share unit labels, i.e. prompt ids): both are
-    restricted to the shared units and every resample draws the same units for both,
-    so a prompt's own difficulty cancels out of the ratio. Otherwise each side is
-    resampled on its own. The ratio needs both sides to pass the minimum-sample rule
-    (counted in shared units when paired). ``draws``: a dict shared by several ratios of
-    the same two sets of requests, so that they reuse one draw per set of shared units.
+    Paired (the default, where the two share unit labels: a prompt and its occurrence):
+    both are restricted to the shared units and every resample draws the same blocks of
+    units, consecutive in ``top``'s time order, for both, so a prompt's own difficulty and
+    what the two runs went through at the same point of their sequence cancel out of the
+    ratio; the block length is the longer of the two sides'. Otherwise each side is
+    resampled on its own, in its own blocks. The ratio needs both sides to pass the
+    minimum-sample rule (counted in shared units when paired). ``draws``: a dict shared by
+    several ratios of the same two sets of requests, so that they reuse one draw per set
+    of shared units and block length.
     """
 
     common = np.intersect1d(np.unique(top.units), np.unique(bottom.units)) if paired else np.array([])
     is_paired = common.size > 0
     if is_paired:
+        order = top.order[np.isin(top.order, common)]
         top, bottom = top.restricted(common), bottom.restricted(common)
     n = int(common.size) if is_paired else min(top.n_units, bottom.n_units)
     value = ratio(top.point(), bottom.point())
     if not (top.enough and bottom.enough) or value is None:
         return Interval(None, n=n), is_paired
     if is_paired:
-        cache_key = (common.size, hash(common.tobytes()))
+        length = max(top.block_length(order), bottom.block_length(order)) if blocks else 1
+        cache_key = (common.size, hash(common.tobytes()), length)
         if draws is not None and cache_key in draws:
             counts, weights = draws[cache_key]
         else:
-            counts = resample_counts(common.size, resamples, rng_for(*key, "ratio"))
+            rng = rng_for(*key, "ratio") if length == 1 else rng_for(*key, "ratio", length)
+            counts = time_counts(common, order, resamples, rng, length)
             weights = counts.astype(float)
             if draws is not None:
                 draws[cache_key] = (counts, weights)
         up, down = top.replicates(common, counts, weights), bottom.replicates(common, counts, weights)
     else:
         rng = rng_for(*key, top.stat, "ratio")
-        top_labels, bottom_labels = np.unique(top.units), np.unique(bottom.units)
-        up = top.replicates(top_labels, resample_counts(top_labels.size, resamples, rng))
-        down = bottom.replicates(bottom_labels, resample_counts(bottom_labels.size, resamples, rng))
+        lengths = [s.block_length() if blocks else 1 for s in (top, bottom)]
+        length = max(lengths)
+        up, down = (s.replicates(np.sort(s.order), time_counts(np.sort(s.order), s.order, resamples, rng, k))
+                    for s, k in zip((top, bottom), lengths))
     with np.errstate(divide="ignore", invalid="ignore"):
         reps = np.where(down != 0, up / down, np.nan)
-    low, high = _percentile_interval(reps, n)
-    return Interval(value, low, high, n), is_paired
+    low, high = _percentile_interval(reps, _blocks(n, length))
+    return Interval(value, low, high, n, WITHIN_RUN), is_paired
 
 
-def widened(iv: Interval, noise: float) -> Interval:
-    """A ratio interval widened for run-to-run noise of relative size ``noise`` on each side.
+def widened(iv: Interval, spread: float, df: float | None = None, covers: str = CALIBRATED) -> Interval:
+    """``iv`` widened for run-to-run variation of relative standard deviation ``spread`` (``df`` degrees of freedom).
 
-    On the log scale each half-width adds in quadrature with ``1.96 * sqrt(2) * noise`` (the
-    ratio of two figures that each vary by ``noise`` between identical runs).
+    On the log scale (a positive interval) each side's within-run standard error
+    ``s = half-width / 1.96`` adds in quadrature with ``spread``, and the side becomes
+    ``t(df') * sqrt(s^2 + spread^2)`` with Satterthwaite's ``df' = df * (1 + s^2 / spread^2)^2``
+    (the within-run part counted as known; the normal quantile without ``df``). For a ratio
+    ``spread`` is the root of both sides' squared spreads (:func:`combined_spread`). An
+    interval reaching 0 or below is widened the same way on the linear scale, by
+    ``spread * |value|``.
     """
-    if not iv.has_interval or noise <= 0 or iv.value is None or iv.value <= 0 or iv.low <= 0:
+    if not iv.has_interval or iv.value is None or spread < 0:
         return iv
-    extra = 1.959964 * math.sqrt(2.0) * noise
-    down = math.sqrt(math.log(iv.value / iv.low) ** 2 + extra ** 2)
-    up = math.sqrt(math.log(iv.high / iv.value) ** 2 + extra ** 2)
-    return Interval(iv.value, iv.value * math.exp(-down), iv.value * math.exp(up), iv.n)
+
+    def side(half: float, scale: float) -> float:
+        s2, extra = (half / Z975) ** 2, (spread * scale) ** 2
+        if extra == 0:
+            return half
+        q = t_quantile(int(min(1e6, df * (1.0 + s2 / extra) ** 2))) if df else Z975
+        return q * math.sqrt(s2 + extra)
+
+    if iv.value > 0 and iv.low > 0:
+        return Interval(iv.value, iv.value * math.exp(-side(math.log(iv.value / iv.low), 1.0)),
+                        iv.value * math.exp(side(math.log(iv.high / iv.value), 1.0)), iv.n, covers)
+    return Interval(iv.value, iv.value - side(iv.value - iv.low, abs(iv.value)),
+                    iv.value + side(iv.high - iv.value, abs(iv.value)), iv.n, covers)
+
+
+def combined_spread(*spreads: tuple[float, float]) -> tuple[float, float]:
+    """``(spread, df)`` of a ratio (or product) of figures with independent run-to-run spreads ``(sd, df)``:
+    the root of the summed variances, with Satterthwaite's degrees of freedom."""
+    total = sum(sd ** 2 for sd, _ in spreads)
+    if total == 0:
+        return 0.0, max(df for _, df in spreads)
+    return math.sqrt(total), total ** 2 / sum(sd ** 4 / df for sd, df in spreads if sd > 0)
 
 
 # --------------------------------------------------------------------------- repeats
@@ -486,12 +650,22 @@ def t_quantile(df: int) -> float:
         raise ValueError("df must be at least 1")
     if df <= len(_T975):
         return _T975[df - 1]
-    z = 1.959964
+    z = Z975
     return z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df ** 2)
 
 
+def across_repeats(*counts: int) -> str:
+    """The ``covers`` label of an interval over repeated runs: ``across 3 repeats``, ``across 3 + 4 repeats``."""
+    return f"across {' + '.join(str(c) for c in counts)} repeats"
+
+
 def repeat_interval(values: Sequence[float]) -> Interval:
-    """Mean of per-repeat figures with Student's t 95 % interval (none with fewer than 2 repeats)."""
+    """Mean of per-repeat figures with Student's t 95 % interval (none with fewer than 2 repeats).
+
+    Each repeat's figure varies by its own run's within-run error and by the run-to-run
+    variation, so the spread of the figures holds both levels (the random-effects model
+    with equal within-run errors: Kalibera & Jones 2013; Georges et al. 2007).
+    """
     array = np.asarray([v for v in values if v is not None], dtype=float)
     if array.size == 0:
         return Interval(None)
@@ -499,7 +673,7 @@ def repeat_interval(values: Sequence[float]) -> Interval:
     if array.size < 2:
         return Interval(mean, n=1)
     half = t_quantile(array.size - 1) * float(array.std(ddof=1)) / math.sqrt(array.size)
-    return Interval(mean, mean - half, mean + half, int(array.size))
+    return Interval(mean, mean - half, mean + half, int(array.size), across_repeats(array.size))
 
 
 def repeat_ratio_interval(top: Sequence[float], bottom: Sequence[float]) -> Interval:
@@ -522,4 +696,4 @@ def repeat_ratio_interval(top: Sequence[float], bottom: Sequence[float]) -> Inte
     half = t_quantile(max(1, int(df))) * se
     centre = float(la.mean() - lb.mean())
     return Interval(ratio(float(a.mean()), float(b.mean())), math.exp(centre - half), math.exp(centre + half),
-                    int(min(a.size, b.size)))
+                    int(min(a.size, b.size)), across_repeats(a.size, b.size))

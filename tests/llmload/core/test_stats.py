@@ -1,4 +1,5 @@
-"""The report's statistics against known distributions: interval coverage, pairing, repeats, the sample rule."""
+"""The report's statistics against known distributions and known autocorrelation: interval coverage, blocks in
+time, pairing, repeats, calibrated widening, the sample rule."""
 
 from __future__ import annotations
 
@@ -7,12 +8,24 @@ import math
 import numpy as np
 import pytest
 
-from llmload.core.stats import (CONFIDENCE, WINDOW_VALUES, Interval, Statistic, expanded_alpha, has_enough,
-                                interval, intervals, min_samples, order_interval, ratio_interval, repeat_interval,
-                                repeat_ratio_interval, resample_counts, t_quantile, weighted_quantiles,
-                                widened, windowed_quantile)
+from llmload.core.stats import (CALIBRATED, CONFIDENCE, WINDOW_VALUES, WITHIN_RUN, Interval, Statistic,
+                                block_counts, block_length, combined_spread, expanded_alpha, has_enough, interval,
+                                intervals, min_samples, order_interval, ratio_interval, repeat_interval,
+                                repeat_ratio_interval, resample_counts, t_quantile, weighted_quantiles, widened,
+                                windowed_quantile)
 
 DRAWS = 200  # repeated experiments per coverage check: a coverage's standard error is about 1.5 points
+RESAMPLES = 500  # per interval in these checks (the reports use 2000): a few seconds per test
+
+
+def ar1(rng: np.random.Generator, n: int, phi: float) -> np.ndarray:
+    """Lognormal latencies ``exp(z / 2)``, ``z`` a stationary AR(1) of unit variance: mean ``exp(1/8)``, median 1."""
+    e = rng.normal(size=n) * math.sqrt(1.0 - phi ** 2)
+    z = np.empty(n)
+    z[0] = rng.normal()
+    for t in range(1, n):
+        z[t] = phi * z[t - 1] + e[t]
+    return np.exp(0.5 * z)
 
 
 def coverage(hits: int, draws: int = DRAWS) -> float:
@@ -62,7 +75,7 @@ def test_intervals_cover_the_true_value_95_percent_of_the_time(n):
     draws = 2 * DRAWS
     for draw in range(draws):
         values = rng.exponential(size=n)
-        found = intervals({s: Statistic(s, values) for s in truth}, key=("coverage", n, draw))
+        found = intervals({s: Statistic(s, values) for s in truth}, key=("coverage", n, draw), resamples=RESAMPLES)
         for stat, iv in found.items():
             hits[stat] += iv.low <= truth[stat] <= iv.high
     for stat, h in hits.items():
@@ -79,8 +92,8 @@ def test_inter_token_gaps_are_resampled_with_their_request():
         gaps = speed[:, None] * rng.exponential(1.0, size=(30, 20))
         owners = np.repeat(np.arange(30), 20)
         truth = math.exp(0.4 ** 2 / 2)  # E[speed] * E[exponential]
-        cluster = interval(Statistic("mean", gaps.ravel(), owners), key=("itl", draw))
-        naive = interval(Statistic("mean", gaps.ravel()), key=("itl-naive", draw))
+        cluster = interval(Statistic("mean", gaps.ravel(), owners), key=("itl", draw), resamples=RESAMPLES)
+        naive = interval(Statistic("mean", gaps.ravel()), key=("itl-naive", draw), resamples=RESAMPLES, blocks=False)
         hits_cluster += cluster.low <= truth <= cluster.high
         hits_naive += naive.low <= truth <= naive.high
     print(f"coverage of gaps: by request {coverage(hits_cluster):.3f}, gap by gap {coverage(hits_naive):.3f}")
@@ -109,10 +122,10 @@ def test_paired_ratio_covers_the_true_ratio_and_beats_the_unpaired_one():
         a = cost * rng.lognormal(0.0, 0.1, size=24)
         b = 2.0 * cost * rng.lognormal(0.0, 0.1, size=24)
         paired, was_paired = ratio_interval(Statistic("mean", b, prompts), Statistic("mean", a, prompts),
-                                            key=("paired", draw))
+                                            key=("paired", draw), resamples=RESAMPLES)
         assert was_paired
         unpaired, _ = ratio_interval(Statistic("mean", b, prompts), Statistic("mean", a, prompts),
-                                     key=("unpaired", draw), paired=False)
+                                     key=("unpaired", draw), paired=False, resamples=RESAMPLES)
         hits += paired.low <= 2.0 <= paired.high
         widths_paired.append(paired.high - paired.low)
         widths_unpaired.append(unpaired.high - unpaired.low)
@@ -122,18 +135,30 @@ def test_paired_ratio_covers_the_true_ratio_and_beats_the_unpaired_one():
     assert np.median(widths_paired) < 0.5 * np.median(widths_unpaired)
 
 
-def test_identical_servers_are_rarely_significant_and_a_2x_one_always():
+def test_identical_servers_rarely_differ_and_a_2x_one_always():
     rng = np.random.default_rng(12)
     prompts = np.array([f"p{i}" for i in range(12)])
     same = double = 0
     for draw in range(DRAWS):
         a, b = rng.lognormal(0.0, 0.3, size=12), rng.lognormal(0.0, 0.3, size=12)
         same += bool(ratio_interval(Statistic("p50", b, prompts), Statistic("p50", a, prompts),
-                                    key=("same", draw))[0].significant)
+                                    key=("same", draw), resamples=RESAMPLES)[0].excludes_one)
         double += bool(ratio_interval(Statistic("p50", 2 * b, prompts), Statistic("p50", a, prompts),
-                                      key=("double", draw))[0].significant)
-    print(f"p50 ratio significant: identical {same / DRAWS:.3f}, 2x {double / DRAWS:.3f}")
+                                      key=("double", draw), resamples=RESAMPLES)[0].excludes_one)
+    print(f"p50 ratio excludes 1: identical {same / DRAWS:.3f}, 2x {double / DRAWS:.3f}")
     assert same / DRAWS <= 0.07 and double / DRAWS >= 0.95
+
+
+def test_a_within_run_ratio_is_never_called_significant():
+    """Runs differ by more than one run's interval shows: only an interval that covers runs may be significant."""
+    iv = Interval(2.0, 1.9, 2.1, 10, WITHIN_RUN)
+    assert iv.excludes_one and iv.significant is None
+    assert Interval(2.0, 1.9, 2.1, 10, CALIBRATED).significant
+    assert repeat_ratio_interval([20.0, 21.0, 19.5], [10.0, 10.2, 9.9]).significant
+    prompts = np.array([f"p{i}" for i in range(20)])
+    found, _ = ratio_interval(Statistic("mean", np.full(20, 2.0) + np.arange(20) / 100, prompts),
+                             Statistic("mean", np.ones(20) + np.arange(20) / 200, prompts))
+    assert found.covers == WITHIN_RUN and found.excludes_one and found.significant is None
 
 
 def test_the_same_key_gives_the_same_interval_and_another_key_other_draws():
@@ -161,6 +186,7 @@ def test_repeat_interval_is_students_t_and_covers():
     assert t_quantile(60) == pytest.approx(2.000, abs=2e-3) and t_quantile(1000) == pytest.approx(1.962, abs=1e-3)
     iv = repeat_interval([10.0, 12.0, 11.0])
     assert iv.value == pytest.approx(11.0) and iv.high - iv.value == pytest.approx(4.303 / math.sqrt(3))
+    assert iv.covers == "across 3 repeats"
     assert not repeat_interval([10.0]).has_interval
     rng = np.random.default_rng(4)
     hits = 0
@@ -174,18 +200,104 @@ def test_repeat_interval_is_students_t_and_covers():
 def test_repeat_ratio_interval_over_repeats():
     iv = repeat_ratio_interval([20.0, 21.0, 19.5], [10.0, 10.2, 9.9])
     assert iv.value == pytest.approx(20.1667 / 10.0333, rel=1e-3) and iv.significant
+    assert iv.covers == "across 3 + 3 repeats"
     assert not repeat_ratio_interval([10.0, 11.0, 9.0], [10.5, 9.5, 10.0]).significant
     assert not repeat_ratio_interval([10.0], [10.0, 11.0]).has_interval
 
 
-def test_widened_interval_adds_run_noise_on_the_log_scale():
-    iv = Interval(2.0, 1.9, 2.1, 10)
-    wide = widened(iv, 0.03)
-    extra = 1.959964 * math.sqrt(2) * 0.03
-    assert wide.low == pytest.approx(2.0 * math.exp(-math.hypot(math.log(2.0 / 1.9), extra)))
-    assert wide.high == pytest.approx(2.0 * math.exp(math.hypot(math.log(2.1 / 2.0), extra)))
-    assert widened(iv, 0.0) == iv and widened(Interval(None, n=3), 0.03) == Interval(None, n=3)
-    assert not widened(Interval(1.05, 1.01, 1.09), 0.03).significant
+def test_widened_interval_adds_the_run_to_run_spread_on_the_log_scale():
+    iv = Interval(2.0, 1.9, 2.1, 10, WITHIN_RUN)
+    z = 1.959964
+    wide = widened(iv, 0.03)  # without degrees of freedom: the normal quantile
+    assert wide.low == pytest.approx(2.0 * math.exp(-math.hypot(math.log(2.0 / 1.9), z * 0.03)))
+    assert wide.high == pytest.approx(2.0 * math.exp(math.hypot(math.log(2.1 / 2.0), z * 0.03)))
+    assert wide.covers == CALIBRATED
+    # with 4 degrees of freedom and a spread that dominates: close to t(4) * spread
+    assert math.log(2.0 / widened(Interval(2.0, 1.999, 2.001), 0.1, 4).low) == pytest.approx(2.776 * 0.1, rel=1e-3)
+    assert widened(iv, 0.0).low == pytest.approx(iv.low) and widened(Interval(None, n=3), 0.03) == Interval(None, n=3)
+    assert not widened(Interval(1.05, 1.01, 1.09, 10, WITHIN_RUN), 0.03).significant
+    low = widened(Interval(0.0, -1.0, 1.0), 0.5)  # an interval through 0: on the linear scale
+    assert low.low == -1.0 and low.high == 1.0
+    sd, df = combined_spread((0.03, 7), (0.04, 7))
+    assert sd == pytest.approx(0.05) and 7 < df < 14
+
+
+def test_block_length_finds_what_autocorrelation_there_is():
+    rng = np.random.default_rng(21)
+    assert [block_length(rng.normal(size=500)) for _ in range(20)].count(1) >= 18
+    lengths = {phi: np.median([block_length(ar1(rng, 1000, phi)) for _ in range(10)]) for phi in (0.5, 0.8, 0.95)}
+    assert 6 <= lengths[0.5] < lengths[0.8] < lengths[0.95] <= math.ceil(3 * math.sqrt(1000)), lengths
+    assert block_length(np.ones(100)) == 1 and block_length(np.arange(5.0)) == 1
+
+
+@pytest.mark.parametrize("method", ["circular", "moving", "stationary"])
+def test_block_counts_draw_runs_of_consecutive_units(method):
+    counts = block_counts(50, 300, np.random.default_rng(1), 10, method)
+    assert counts.shape == (300, 50) and (counts.sum(axis=1) == 50).all()
+    if method != "stationary":  # ceil(50 / 10) blocks of 10: a drawn unit's neighbours come with it
+        neighbours = np.minimum(counts[:, 20:30], counts[:, 21:31])
+        assert (neighbours > 0).mean() > 0.9 * (counts[:, 20:30] > 0).mean()
+    share = counts.mean(axis=0)
+    if method == "moving":  # the moving blocks under-draw both ends
+        assert share[0] < 0.5 and share[25] > 0.8
+    else:
+        assert np.allclose(share, 1.0, atol=0.25)
+
+
+def test_blocks_cover_an_autocorrelated_series_where_independent_resampling_does_not():
+    """AR(1) 0.6, 400 requests: the circular blocks cover the mean and median near 95 %; resampling requests as
+    if independent (the old method) covers the mean about 64 % and the median about 81 % of the time."""
+    rng = np.random.default_rng(3)
+    truth = {"mean": math.exp(0.125), "p50": 1.0}
+    hits = {(m, s): 0 for m in ("blocks", "independent") for s in truth}
+    draws = 150
+    for draw in range(draws):
+        x = ar1(rng, 400, 0.6)
+        for method, blocks in (("blocks", True), ("independent", False)):
+            found = intervals({s: Statistic(s, x) for s in truth}, ("ar1", draw), RESAMPLES, blocks=blocks)
+            for s, iv in found.items():
+                hits[(method, s)] += iv.low <= truth[s] <= iv.high
+    share = {k: h / draws for k, h in hits.items()}
+    print("coverage under AR(1) 0.6: " + ", ".join(f"{m} {s} {v:.2f}" for (m, s), v in share.items()))
+    assert all(0.89 <= share[("blocks", s)] <= 0.99 for s in truth), share
+    assert share[("independent", "mean")] <= 0.75 and share[("independent", "p50")] <= 0.88, share
+
+
+def test_paired_ratio_uses_blocks_of_the_time_order():
+    """Two servers answer the same 300 prompt occurrences in the same order; each drifts (AR(1) 0.7 on its log
+    latency); B is 1.5 x A. Paired blocks cover the true ratio; pairs resampled one by one undercover."""
+    rng = np.random.default_rng(13)
+    prompts = np.array([f"p{i:03d}#0" for i in range(300)])
+    hits = {True: 0, False: 0}
+    draws = 150
+    for draw in range(draws):
+        cost = rng.lognormal(0.0, 0.5, size=300)
+        a, b = cost * ar1(rng, 300, 0.7), 1.5 * cost * ar1(rng, 300, 0.7)
+        for blocks in hits:
+            iv, paired = ratio_interval(Statistic("mean", b, prompts), Statistic("mean", a, prompts),
+                                        key=("drift", draw), resamples=RESAMPLES, blocks=blocks)
+            assert paired
+            hits[blocks] += iv.low <= 1.5 <= iv.high
+    print(f"paired ratio under drift: blocks {hits[True] / draws:.2f}, independent {hits[False] / draws:.2f}")
+    assert 0.88 <= hits[True] / draws <= 0.99 and hits[False] / draws <= 0.8, hits
+
+
+def test_repeats_cover_the_mean_over_runs_where_pooled_requests_do_not():
+    """Runs differ by a known 10 % (between-run sd) on top of AR(1) requests: Student's t over 3 or 8 repeats'
+    figures covers the cell's mean over runs near 95 %; one interval over all their requests pooled does not."""
+    rng = np.random.default_rng(17)
+    truth, tau = math.exp(0.125), 0.10
+    draws = 150
+    for repeats in (3, 8):
+        hits_t = hits_pooled = 0
+        for draw in range(draws):
+            runs = [ar1(rng, 100, 0.3) * math.exp(rng.normal(0.0, tau) - tau ** 2 / 2) for _ in range(repeats)]
+            t = repeat_interval([float(x.mean()) for x in runs])
+            pooled = interval(Statistic("mean", np.concatenate(runs)), ("pooled", repeats, draw), RESAMPLES)
+            hits_t += t.low <= truth <= t.high
+            hits_pooled += pooled.low <= truth <= pooled.high
+        print(f"{repeats} repeats: t over repeats {hits_t / draws:.2f}, pooled requests {hits_pooled / draws:.2f}")
+        assert 0.9 <= hits_t / draws <= 0.99 and hits_pooled / draws <= 0.8
 
 
 def test_windowed_bootstrap_percentiles_equal_the_full_computation():
