@@ -1,12 +1,16 @@
 """Compare two run folders cell by cell: per figure A, B and B/A with its 95 % interval and significance.
 
-    python -m reports.compare RUN_A RUN_B [--out DIR]     # default DIR: RUN_B/compare/
+    python -m reports.compare RUN_A RUN_B [--out DIR] [--calibration FILE | --no-calibration]
+                                                          # default DIR: RUN_B/compare/
 
 Cells match on server, task, mode and load level (repeats pooled) where both
 runs completed them; capacity searches match on server, task and mode. The
-ratio B/A of a figure comes with a paired bootstrap over the prompt ids both
-runs sent (each run resampled on its own where they share none); it is
-significant when its interval excludes 1. A capacity ratio's interval comes
+ratio B/A of a figure comes with Welch's t over the repeats' figures where both
+runs have 2 or more repeats, else a paired block bootstrap over the prompt
+occurrences both runs sent (each run resampled on its own where they share
+none), widened by the calibrated run-to-run variation of the cell on both sides
+where a calibration of this machine has it; it is significant when its interval
+excludes 1 and covers run-to-run variation. A capacity ratio's interval comes
 from the two capacities' intervals, each at 97.5 % (so both hold together at
 95 %; :func:`reports.sections.capacity_ratio`). Writes ``compare.md``, ``compare.csv`` and
 ``compare_ratios.png``.
@@ -17,17 +21,19 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from llmload.core.calibration import Calibration
 from llmload.core.metrics import ratio
-from llmload.core.stats import CELL_NOISE
+from llmload.core.stats import WITHIN_RUN
 from llmload.core.tables import render
+from reports.calibrate import add_calibration_options, applicable, find_calibration, spreads_for
 from reports.estimates import ratio_intervals
 from reports.format import number, title
-from reports.merge import RATIO_COLUMNS, add_noise_option, estimate_text, level, ratio_text, run_rows, write_csv
+from reports.merge import RATIO_COLUMNS, estimate_text, level, ratio_text, run_rows, write_csv
 from reports.run import ReportError, RunData, load_run, report_command
 from reports.sections import capacity_ratio, capacity_text, slo_text
 
 COLUMNS = ["server", "task", "mode", "concurrency", "rate", "metric", "a", "b", "ratio", "ci_low", "ci_high",
-           "significant", "pairs", "method"]
+           "covers", "significant", "pairs", "method"]
 
 
 def point(row: dict) -> tuple:
@@ -56,10 +62,12 @@ def capacity_key(entry: dict) -> tuple:
     return (entry.get("server"), entry.get("task"), entry.get("mode"))
 
 
-def compare(a: RunData, b: RunData, noise: float = CELL_NOISE) -> dict:
-    """Rows of the comparison, the capacity rows, and the cells left out (with why)."""
-    _, groups_a = run_rows(a)
-    _, groups_b = run_rows(b)
+def compare(a: RunData, b: RunData, calibration: Calibration | None = None) -> dict:
+    """Rows of the comparison, the capacity rows, the cells left out (with why), and the calibration's line
+    (used where measured on both runs' machine)."""
+    calibration, note = applicable(calibration, [a, b])
+    _, groups_a = run_rows(a, calibration)
+    _, groups_b = run_rows(b, calibration)
     ok_a = {point(r): r for r in groups_a if r["status"] == "ok"}
     ok_b = {point(r): r for r in groups_b if r["status"] == "ok"}
     shared = [k for k in ok_a if k in ok_b]
@@ -73,8 +81,8 @@ def compare(a: RunData, b: RunData, noise: float = CELL_NOISE) -> dict:
     rows = []
     for key in shared:
         ra, rb = ok_a[key], ok_b[key]
-        found = ratio_intervals(rb["_requests"], ra["_requests"], RATIO_COLUMNS, ("compare",) + key, noise,
-                                rb["_cells"], ra["_cells"])
+        found = ratio_intervals(rb["_requests"], ra["_requests"], RATIO_COLUMNS, ("compare",) + key,
+                                rb["_cells"], ra["_cells"], (spreads_for(calibration, rb), spreads_for(calibration, ra)))
         for column in RATIO_COLUMNS:
             if column not in found or ra.get(column) is None or rb.get(column) is None:
                 continue
@@ -82,8 +90,9 @@ def compare(a: RunData, b: RunData, noise: float = CELL_NOISE) -> dict:
             rows.append({"server": key[0], "task": key[1], "mode": key[2], "concurrency": key[3], "rate": key[4],
                          "metric": column, "a": ra.get(column), "b": rb.get(column),
                          "ratio": iv.value if iv.value is not None else ratio(rb.get(column), ra.get(column)),
-                         "ci_low": iv.low, "ci_high": iv.high, "significant": iv.significant, "pairs": iv.n,
-                         "method": method, "_iv": iv, "_a": ra, "_b": rb})
+                         "ci_low": iv.low, "ci_high": iv.high, "covers": iv.covers if iv.has_interval else None,
+                         "significant": iv.significant, "pairs": iv.n, "method": method, "_iv": iv, "_a": ra,
+                         "_b": rb})
     capacity = []
     for key in shared_caps:
         ea, eb = caps_a[key], caps_b[key]
@@ -104,21 +113,29 @@ def compare(a: RunData, b: RunData, noise: float = CELL_NOISE) -> dict:
                                 + (f" ({row['error']})" if row.get("error") else ""))
             elif key not in other_ok:
                 left_out.append(f"{describe_point(key)}: only completed in {name}")
-    return {"rows": rows, "capacity": capacity, "left_out": sorted(set(left_out))}
+    return {"rows": rows, "capacity": capacity, "left_out": sorted(set(left_out)), "calibration": calibration,
+            "calibration_note": note}
 
 
-def markdown(a: RunData, b: RunData, result: dict, plot: Path | None, noise: float) -> str:
+def markdown(a: RunData, b: RunData, result: dict, plot: Path | None) -> str:
     parts = ["# Comparison: B / A", "", f"- A: {a.path}", f"- B: {b.path}", "",
-             "B/A of each figure with its 95 % interval: a paired bootstrap over the prompt ids both runs sent, "
-             f"widened for run-to-run noise of {noise * 100:g} % per run (`--cell-noise`), or Welch's t over "
-             "repeats where both runs have 2 or more; significant: the interval excludes 1. Latencies in ms.", ""]
+             "B/A of each figure with its 95 % interval: Welch's t over the repeats' figures where both runs have "
+             "2 or more repeats, else a paired block bootstrap over the prompt occurrences both runs sent, widened "
+             "by the cell's calibrated run-to-run variation on both sides; `covers` says which. Significant: the "
+             "interval excludes 1 and covers run-to-run variation. Latencies in ms.", ""]
+    if result["calibration"] is not None:
+        parts += [f"Run-to-run variation: {result['calibration_note']}.", ""]
+    else:
+        parts += [f"Run-to-run variation: {result['calibration_note']}. Single-run ratios are therefore "
+                  f"`{WITHIN_RUN}` and not judged significant: two runs of the same setup differ by more than one "
+                  "run's interval shows (docs/statistics.md).", ""]
     body = []
     for r in result["rows"]:
         body.append([describe_point(point(r)), title(r["metric"]), estimate_text(r["metric"], r["_a"]),
-                     estimate_text(r["metric"], r["_b"]), ratio_text(r["_iv"]),
+                     estimate_text(r["metric"], r["_b"]), ratio_text(r["_iv"]), r["covers"],
                      None if r["significant"] is None else ("yes" if r["significant"] else "no")])
     if body:
-        parts += [render(body, ["cell", "figure", "A", "B", "B / A [95 %]", "significant"]), ""]
+        parts += [render(body, ["cell", "figure", "A", "B", "B / A [95 %]", "covers", "significant"]), ""]
     if result["capacity"]:
         parts += ["## Capacity at SLO", "",
                   "Each capacity with its interval; B / A with a 95 % interval from the two capacities' "
@@ -137,18 +154,18 @@ def markdown(a: RunData, b: RunData, result: dict, plot: Path | None, noise: flo
 
 
 def compare_runs(run_a: str | Path, run_b: str | Path, out_dir: str | Path | None = None,
-                 noise: float = CELL_NOISE) -> Path:
+                 calibration: Path | None = None, use_calibration: bool = True) -> Path:
     """Compare two run folders; write the table, CSV and plot into ``out_dir``; return the Markdown."""
     from reports.plots import compare_plot  # matplotlib: only when drawing
 
     a, b = load_run(run_a), load_run(run_b)
-    result = compare(a, b, noise)
+    result = compare(a, b, find_calibration(calibration, use_calibration))
     out = Path(out_dir) if out_dir else b.path / "compare"
     out.mkdir(parents=True, exist_ok=True)
     write_csv(out / "compare.csv", result["rows"] + result["capacity"], COLUMNS)
     plot = compare_plot(result["rows"] + result["capacity"], out / "compare_ratios.png")
     path = out / "compare.md"
-    path.write_text(markdown(a, b, result, plot, noise))
+    path.write_text(markdown(a, b, result, plot))
     return path
 
 
@@ -160,9 +177,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("run_a", type=Path, help="the first run folder (A)")
     p.add_argument("run_b", type=Path, help="the second run folder (B)")
     p.add_argument("--out", type=Path, default=None, help="output folder (default: RUN_B/compare)")
-    add_noise_option(p)
+    add_calibration_options(p)
     args = p.parse_args(argv)
-    return report_command(lambda: compare_runs(args.run_a, args.run_b, args.out, args.cell_noise / 100.0))
+    return report_command(lambda: compare_runs(args.run_a, args.run_b, args.out, args.calibration,
+                                               not args.no_calibration))
 
 
 if __name__ == "__main__":

@@ -3,8 +3,12 @@
 A set of requests (one cell, or the repeats of one cell pooled) becomes one
 statistic per column of :func:`llmload.core.metrics.summary_columns`: every
 distribution's statistics, and the throughputs through the effective-concurrency
-estimator (``docs/statistics.md``). Units are request indices for a cell's own
-intervals and prompt ids for the paired ratios between servers or runs.
+estimator (``docs/statistics.md``). Requests are in start-time order (the blocks
+of the within-run bootstrap are consecutive requests); units are request indices
+for a cell's own intervals and prompt occurrences (``prompt#k``, the k-th time a
+prompt was sent) for the paired ratios between servers or runs. A calibration's
+spreads widen a single run's intervals; with repeats, Student's t over the
+repeats' figures covers both levels.
 """
 
 from __future__ import annotations
@@ -13,8 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from llmload.core.calibration import Spread
 from llmload.core.metrics import METRICS, RequestResult, request_metrics, summarize
-from llmload.core.stats import (CELL_NOISE, Interval, Statistic, intervals, ratio_interval, repeat_interval,
+from llmload.core.stats import (Interval, Statistic, combined_spread, intervals, ratio_interval, repeat_interval,
                                 repeat_ratio_interval, widened)
 
 #: Run-level figures that get an interval (counts and the wall time do not: they are what was done).
@@ -38,10 +43,17 @@ class Requests:
     duration_s: float  # summed over pooled cells
 
     def __post_init__(self) -> None:
+        self.measured = sorted(self.measured, key=lambda r: r.start_time)  # time order: blocks are consecutive
         ok = [(i, r) for i, r in enumerate(self.measured) if r.success]
         self.ok_index = np.array([i for i, _ in ok], dtype=int)
         self.metrics = [request_metrics(r) for _, r in ok]
-        self.prompts = np.array([r.prompt_id or f"#{i}" for i, r in enumerate(self.measured)], dtype=object)
+        sent: dict[str, int] = {}
+        occurrences = []
+        for i, r in enumerate(self.measured):
+            prompt = r.prompt_id or f"#{i}"
+            occurrences.append(f"{prompt}#{sent.get(prompt, 0)}")
+            sent[prompt] = sent.get(prompt, 0) + 1
+        self.prompts = np.array(occurrences, dtype=str)  # the unit a ratio pairs on, in time order
         self.e2e = np.array([m.e2e for m in self.metrics], dtype=float)
         self.tokens = np.array([m.output_tokens for m in self.metrics], dtype=float)
         slo = [r.slo_ok for r in self.measured]
@@ -57,29 +69,31 @@ class Requests:
             self.values[metric.name] = (np.asarray(vals, dtype=float), np.asarray(owners, dtype=int))
 
     def units(self, owners: np.ndarray, by: str) -> np.ndarray:
-        return owners if by == "request" else self.prompts[owners].astype(str)
+        return owners if by == "request" else self.prompts[owners]
 
     def statistics(self, by: str = "request") -> dict[str, Statistic]:
         """One statistic per estimated column; ``by``: ``request`` (a cell's intervals) or ``prompt`` (pairs)."""
         out: dict[str, Statistic] = {}
+        order = None if by == "request" else self.prompts  # request indices are in time order already
         concurrency = float(self.e2e.sum()) / self.duration_s if self.duration_s > 0 else 0.0
         if self.e2e.size and concurrency > 0:
             units = self.units(self.ok_index, by)
-            out["request_throughput"] = Statistic("rate", np.ones_like(self.e2e), units, self.e2e, concurrency)
-            out["output_token_throughput"] = Statistic("rate", self.tokens, units, self.e2e, concurrency)
+            out["request_throughput"] = Statistic("rate", np.ones_like(self.e2e), units, self.e2e, concurrency,
+                                                  order)
+            out["output_token_throughput"] = Statistic("rate", self.tokens, units, self.e2e, concurrency, order)
             if self.has_slo:
                 met = self.slo_all[self.ok_index]
-                out["goodput"] = Statistic("rate", met, units, self.e2e, concurrency)
+                out["goodput"] = Statistic("rate", met, units, self.e2e, concurrency, order)
         if self.has_slo and self.measured:
             out["slo_attainment"] = Statistic("mean", 100.0 * self.slo_all,
-                                              self.units(np.arange(len(self.measured)), by))
+                                              self.units(np.arange(len(self.measured)), by), order=order)
         for metric in METRICS:
             values, owners = self.values[metric.name]
             if values.size == 0:
                 continue
             units = self.units(owners, by)
             for stat in metric.stats:
-                out[metric.column(stat)] = Statistic(stat, values, units)
+                out[metric.column(stat)] = Statistic(stat, values, units, order=order)
         return out
 
     def counts(self) -> dict[str, int]:
@@ -97,20 +111,20 @@ def requests_of(cells) -> Requests:
     return Requests(measured, duration)
 
 
-def cell_intervals(requests: Requests, key: tuple) -> dict[str, Interval]:
-    """Every estimated column of one set of requests with its bootstrap interval over requests."""
-    return intervals(requests.statistics("request"), key=("cell",) + tuple(key))
+def cell_intervals(requests: Requests, key: tuple, blocks: bool = True) -> dict[str, Interval]:
+    """Every estimated column of one set of requests with its within-run interval (``blocks=False``: the
+    bootstrap of independent requests, the method before blocks)."""
+    return intervals(requests.statistics("request"), key=("cell",) + tuple(key), blocks=blocks)
 
 
-def repeat_intervals(summaries: list, columns=("request_throughput", "output_token_throughput", "goodput")
-                     ) -> dict[str, Interval]:
-    """Throughput figures as the mean over repeats with Student's t interval."""
-    out = {}
-    for column in columns:
-        values = [getattr(s, column) for s in summaries if getattr(s, column) is not None]
-        if values:
-            out[column] = repeat_interval(values)
-    return out
+def calibrated(found: dict[str, Interval], spreads: dict[str, Spread] | None, runs: int = 1
+               ) -> dict[str, Interval]:
+    """Intervals of ``runs`` runs' requests widened by the run-to-run spread of each figure the calibration has
+    (``spread / sqrt(runs)``: the pooled requests of several runs vary less from run to run)."""
+    if not spreads:
+        return found
+    return {column: widened(iv, spreads[column].sd / runs ** 0.5, spreads[column].df) if column in spreads else iv
+            for column, iv in found.items()}
 
 
 def repeat_values(cell_rows: list[dict] | None, column: str) -> list[float] | None:
@@ -123,25 +137,41 @@ def repeat_values(cell_rows: list[dict] | None, column: str) -> list[float] | No
     return [iv.value for iv in values]
 
 
-def ratio_intervals(top: Requests, bottom: Requests, columns, key: tuple, noise: float = CELL_NOISE,
-                    top_cells: list[dict] | None = None, bottom_cells: list[dict] | None = None
+def repeat_intervals(cell_rows: list[dict], columns) -> dict[str, Interval]:
+    """Each column the repeats all have, as the mean over repeats with Student's t interval (across repeats)."""
+    out = {}
+    for column in columns:
+        values = repeat_values(cell_rows, column)
+        if values:
+            out[column] = repeat_interval(values)
+    return out
+
+
+def ratio_intervals(top: Requests, bottom: Requests, columns, key: tuple,
+                    top_cells: list[dict] | None = None, bottom_cells: list[dict] | None = None,
+                    spreads: tuple[dict[str, Spread] | None, dict[str, Spread] | None] = (None, None)
                     ) -> dict[str, tuple[Interval, str]]:
     """``top / bottom`` of each column with its interval and how it was made.
 
-    With 2+ repeats on both sides: Welch's t over the repeats (``repeats``). Otherwise the
-    bootstrap over the prompt ids both answered (``paired``; ``unpaired`` where they share
-    none), widened for run-to-run noise of ``noise`` per side (:func:`~llmload.core.stats.widened`).
+    With 2+ repeats on both sides: Welch's t over the repeats' figures (``repeats``).
+    Otherwise the block bootstrap over the prompt occurrences both answered (``paired``;
+    ``unpaired`` where they share none), widened by both sides' calibrated run-to-run
+    spreads where both have one for the figure (``spreads``: per side, figure ->
+    :class:`~llmload.core.calibration.Spread`), else within-run only.
     """
     tops, bottoms = top.statistics("prompt"), bottom.statistics("prompt")
     out = {}
-    draws: dict = {}  # one draw of the shared prompt ids for every column
+    draws: dict = {}  # one draw of the shared prompt occurrences per block length for every column
     for column in columns:
         per_top, per_bottom = repeat_values(top_cells, column), repeat_values(bottom_cells, column)
         if per_top and per_bottom:
             out[column] = (repeat_ratio_interval(per_top, per_bottom), "repeats")
         elif column in tops and column in bottoms:
             iv, paired = ratio_interval(tops[column], bottoms[column], key=("ratio",) + tuple(key), draws=draws)
-            out[column] = (widened(iv, noise), "paired" if paired else "unpaired")
+            sides = [s.get(column) if s else None for s in spreads]
+            if all(sides):
+                iv = widened(iv, *combined_spread(*((s.sd, s.df) for s in sides)))
+            out[column] = (iv, "paired" if paired else "unpaired")
     return out
 
 

@@ -1,14 +1,17 @@
 """Merge one run folder into its report: summary tables (CSV, Markdown), server ratios and PNG plots.
 
     python -m reports.merge results/20261202-130000 [--baseline NAME] [--out DIR] [--tokenizer PATH | --no-tokenizer]
+                                                    [--calibration FILE | --no-calibration]
 
 Every figure comes from the metric catalogue (:mod:`llmload.core.metrics`:
 ``summarize`` on each cell's raw log, ``ratio`` for every ratio, baseline over
-server), its interval from :mod:`llmload.core.stats` (order statistics for
-percentiles, seeded bootstrap over requests for means and throughputs, paired
-bootstrap over prompt ids for ratios, Student's t over repeats), resources from
-:func:`monitors.sampler.peak_usage`. The columns are the catalogue's, so a
-metric added there appears here. Plots draw the merged rows only.
+server), its interval from :mod:`llmload.core.stats` (the block bootstrap over
+requests in time order, order statistics for percentiles of uncorrelated values,
+paired blocks of prompt occurrences for ratios, widened by a calibration of the
+run-to-run variation where one was measured on this machine, Student's t over
+repeats), resources from :func:`monitors.sampler.peak_usage`. Every interval says
+what it covers. The columns are the catalogue's, so a metric added there appears
+here. Plots draw the merged rows only.
 """
 
 from __future__ import annotations
@@ -18,13 +21,14 @@ import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from llmload.core.cliargs import non_negative_float
+from llmload.core.calibration import Calibration
 from llmload.core.metrics import FIGURES, METRICS, headline_columns, ratio
-from llmload.core.stats import CELL_NOISE, RESAMPLES, SEED, Interval, min_samples, quantile_of
+from llmload.core.stats import RESAMPLES, SEED, WITHIN_RUN, Interval, min_samples, quantile_of
 from llmload.core.tables import render
 from monitors.sampler import PEAK_KEYS
-from reports.estimates import (cell_intervals, estimated, pooled_summary, ratio_intervals, repeat_intervals,
-                               requests_of)
+from reports.calibrate import add_calibration_options, applicable, find_calibration, spreads_for
+from reports.estimates import (calibrated, cell_intervals, estimated, pooled_summary, ratio_intervals,
+                               repeat_intervals, requests_of)
 from reports import cost, sections, steady
 from reports.format import number, shown, title
 from reports.run import (CellData, RunData, describe_key, group_key, load_run, report_command,
@@ -38,7 +42,7 @@ RATIO_COLUMNS = [c for c in headline_columns()
                  if c in ("request_throughput", "output_token_throughput")
                  or c.rpartition("_")[0] in ("e2e", "ttft", "tpot", "tokens_per_s")]
 RATIO_CSV = ["ratio", "baseline", "server", "task", "mode", "concurrency", "rate", "phase", "metric", "value",
-             "ci_low", "ci_high", "significant", "pairs", "method"]
+             "ci_low", "ci_high", "covers", "significant", "pairs", "method"]
 #: Resource columns the Markdown table shows (when measured).
 MD_PEAKS = ["peak_server_rss_mib", "peak_server_gpu_mib"]
 
@@ -51,15 +55,21 @@ def peak_columns(cells: list[CellData]) -> list[str]:
     return keys
 
 
+def interval_columns(column: str) -> list[str]:
+    """``<column>_ci_low``, ``_ci_high`` and ``_ci_covers`` (what the interval covers) of an estimated column."""
+    return [f"{column}_ci_low", f"{column}_ci_high", f"{column}_ci_covers"] if estimated(column) else []
+
+
 def value_columns() -> list[str]:
-    """:func:`summary_columns` with ``_ci_low``/``_ci_high`` after each estimated one, ``<metric>_n`` per metric."""
+    """:func:`summary_columns` with its :func:`interval_columns` after each estimated one, ``<metric>_n`` per
+    metric."""
     out: list[str] = []
     for f in FIGURES:
-        out += [f.name] + ([f"{f.name}_ci_low", f"{f.name}_ci_high"] if estimated(f.name) else [])
+        out += [f.name] + interval_columns(f.name)
     for m in METRICS:
         for stat in m.stats:
             c = m.column(stat)
-            out += [c] + ([f"{c}_ci_low", f"{c}_ci_high"] if estimated(c) else [])
+            out += [c] + interval_columns(c)
         out.append(f"{m.name}_n")
     return out
 
@@ -84,10 +94,11 @@ def token_source(cells: list[CellData], field: str = "output_tokens_source") -> 
 
 
 def with_intervals(row: dict, found: dict[str, Interval]) -> dict:
-    """Add ``_ci_low``/``_ci_high`` of each interval to ``row``; keep the intervals under ``_iv``."""
+    """Add ``_ci_low``/``_ci_high``/``_ci_covers`` of each interval to ``row``; keep the intervals under ``_iv``."""
     row.setdefault("_iv", {}).update(found)
     for column, iv in found.items():
         row[f"{column}_ci_low"], row[f"{column}_ci_high"] = iv.low, iv.high
+        row[f"{column}_ci_covers"] = iv.covers if iv.has_interval else None
     return row
 
 
@@ -98,8 +109,9 @@ def identity(data: CellData) -> dict:
             "error": data.error, "locust_requests": data.locust_requests}
 
 
-def cell_row(data: CellData) -> dict:
-    """One summary row: identity, figures from the raw log with their intervals, resource peaks."""
+def cell_row(data: CellData, calibration: Calibration | None = None) -> dict:
+    """One summary row: identity, figures from the raw log with their intervals (widened by the calibration's
+    run-to-run spreads where it has them), resource peaks."""
     row = identity(data)
     row["token_source"] = token_source([data])
     row["chunk_token_source"] = token_source([data], "chunk_tokens_source")
@@ -108,15 +120,18 @@ def cell_row(data: CellData) -> dict:
         requests = requests_of([data])
         row.update(data.summary.flat())
         row.update(requests.counts())
-        with_intervals(row, cell_intervals(requests, data.cell.key + (data.cell.phase,)))
+        found = cell_intervals(requests, data.cell.key + (data.cell.phase,))
+        with_intervals(row, calibrated(found, spreads_for(calibration, row)))
     row["_requests"] = requests if data.ok else None
     row.update(data.peaks)
     return row
 
 
-def group_row(key: tuple, cells: list[CellData], rows: dict[int, dict]) -> dict:
-    """One row per cell and load level, repeats pooled: latencies over all their requests, throughputs as
-    the mean over repeats with Student's t interval (a single cell's row where there is one)."""
+def group_row(key: tuple, cells: list[CellData], rows: dict[int, dict], calibration: Calibration | None = None
+              ) -> dict:
+    """One row per cell and load level (a single cell's row where there is one). With repeats: each figure
+    every repeat has, as the mean over repeats with Student's t interval (across repeats); the others (a p99
+    only the pooled requests can give) from all their requests pooled, with the pooled within-run interval."""
     ok = [c for c in cells if c.ok and c.summary is not None]
     if len(ok) <= 1:
         row = dict(rows[id(ok[0] if ok else cells[0])])
@@ -131,8 +146,10 @@ def group_row(key: tuple, cells: list[CellData], rows: dict[int, dict]) -> dict:
     row.update(pooled_summary(ok).flat())
     row["duration_s"] = sum(c.summary.duration_s for c in ok)  # the repeats' wall times, not the span between
     row.update(requests.counts())
-    with_intervals(row, cell_intervals(requests, ("group",) + key))
-    for column, iv in repeat_intervals([c.summary for c in ok]).items():
+    with_intervals(row, calibrated(cell_intervals(requests, ("group",) + key), spreads_for(calibration, row),
+                                   len(ok)))
+    cell_rows = [rows[id(c)] for c in ok]
+    for column, iv in repeat_intervals(cell_rows, list(row["_iv"])).items():
         row[column] = iv.value
         with_intervals(row, {column: iv})
     for column in ok[0].peaks:
@@ -140,7 +157,7 @@ def group_row(key: tuple, cells: list[CellData], rows: dict[int, dict]) -> dict:
         pick = (lambda v: sum(v) / len(v)) if column.startswith("mean_") else max
         row[column] = pick(values) if values else None
     row["_requests"] = requests
-    row["_cells"] = [rows[id(c)] for c in ok]
+    row["_cells"] = cell_rows
     return row
 
 
@@ -153,7 +170,8 @@ def ratio_name(baseline: str, server: str) -> str:
     return f"{baseline} / {server}"
 
 
-def ratio_rows(groups: list[dict], baseline: str | None, noise: float = CELL_NOISE, columns=None) -> list[dict]:
+def ratio_rows(groups: list[dict], baseline: str | None, calibration: Calibration | None = None, columns=None
+               ) -> list[dict]:
     """Baseline over each other server, point by point, each with its interval (long form)."""
     if baseline is None:
         return []
@@ -165,7 +183,8 @@ def ratio_rows(groups: list[dict], baseline: str | None, noise: float = CELL_NOI
         if row["server"] == baseline or row["status"] != "ok" or top is None:
             continue
         found = ratio_intervals(top["_requests"], row["_requests"], columns,
-                                (baseline, row["server"]) + same_point(row), noise, top["_cells"], row["_cells"])
+                                (baseline, row["server"]) + same_point(row), top["_cells"], row["_cells"],
+                                (spreads_for(calibration, top), spreads_for(calibration, row)))
         for column in columns:
             if column not in found or top.get(column) is None or row.get(column) is None:
                 continue  # not measured in this mode
@@ -175,14 +194,15 @@ def ratio_rows(groups: list[dict], baseline: str | None, noise: float = CELL_NOI
                         "concurrency": row["concurrency"], "rate": row.get("rate"), "phase": row.get("phase"),
                         "metric": column, "value": iv.value if iv.value is not None else
                         ratio(top.get(column), row.get(column)), "ci_low": iv.low, "ci_high": iv.high,
-                        "significant": iv.significant, "pairs": iv.n, "method": method, "_iv": iv})
+                        "covers": iv.covers if iv.has_interval else None, "significant": iv.significant,
+                        "pairs": iv.n, "method": method, "_iv": iv})
     return out
 
 
-def run_rows(run: RunData) -> tuple[list[dict], list[dict]]:
+def run_rows(run: RunData, calibration: Calibration | None = None) -> tuple[list[dict], list[dict]]:
     """(one row per cell, one row per group of repeats) of a run, with their intervals."""
-    by_cell = {id(data): cell_row(data) for data in run.cells}
-    groups = [group_row(key, cells, by_cell) for key, cells in run.groups().items()]
+    by_cell = {id(data): cell_row(data, calibration) for data in run.cells}
+    groups = [group_row(key, cells, by_cell, calibration) for key, cells in run.groups().items()]
     return [by_cell[id(d)] for d in run.cells], groups
 
 
@@ -199,7 +219,8 @@ class Report:
     tokens: list[dict] = field(default_factory=list)
     token_requests: list[dict] = field(default_factory=list)
     tokenizer_note: str = ""
-    noise: float = CELL_NOISE
+    calibration: Calibration | None = None
+    calibration_note: str = ""
     warnings: list[str] = field(default_factory=list)
     capacity: list[dict] = field(default_factory=list)
     capacity_ratios: list[dict] = field(default_factory=list)
@@ -216,20 +237,23 @@ class Report:
 
 
 def build_report(run: RunData, baseline: str | None = None, tokenizer: str | None = None,
-                 use_tokenizer: bool = True, noise: float = CELL_NOISE) -> Report:
-    """Compute every table of the report (no file is written)."""
+                 use_tokenizer: bool = True, calibration: Calibration | None = None) -> Report:
+    """Compute every table of the report (no file is written); ``calibration`` is used where it was measured on
+    the run's machine."""
     base = resolve_baseline(run, baseline)
-    rows, groups = run_rows(run)
+    calibration, calibration_note = applicable(calibration, [run])
+    rows, groups = run_rows(run, calibration)
     tok, note = find_tokenizer(run.manifest, tokenizer, use_tokenizer)
     tokens, token_requests = reconcile(run, tok)
     capacity = sections.capacity_rows(run)
-    return Report(run=run, baseline=base, rows=rows, groups=groups, ratios=ratio_rows(groups, base, noise),
-                  noise=noise, peaks=peak_columns(run.cells), tokens=tokens, token_requests=token_requests,
+    return Report(run=run, baseline=base, rows=rows, groups=groups, ratios=ratio_rows(groups, base, calibration),
+                  calibration=calibration, calibration_note=calibration_note, peaks=peak_columns(run.cells),
+                  tokens=tokens, token_requests=token_requests,
                   tokenizer_note=note, warnings=sections.lag_warnings(groups), capacity=capacity,
                   capacity_ratios=sections.capacity_ratios(capacity, base),
                   goodput_steps=sections.goodput_steps(run), repeats=sections.repeat_rows(groups),
                   turns=sections.turn_rows(run), series=sections.server_series(run),
-                  prefix=sections.prefix_rows(groups, run.prefix_caching, noise),
+                  prefix=sections.prefix_rows(groups, run.prefix_caching, calibration),
                   steady=steady.steady_rows(run, rows), cost=cost.cost_rows(run, rows),
                   capacity_cost=cost.capacity_cost_rows(run, rows), order=sections.order_rows(run))
 
@@ -258,8 +282,20 @@ def too_few(stat: str, n: int) -> str:
     return f"n={n}<{min_samples(stat)}"
 
 
-def estimate_text(column: str, row: dict) -> str | None:
-    """``value [low, high]`` in shown units; ``n=8<300`` for a percentile of too few values."""
+def covers_note(iv: Interval, covers: str | None) -> str:
+    """`` (within-run only)`` where an interval covers other levels than its row's (``covers``), else nothing."""
+    return f" ({iv.covers})" if covers and iv.has_interval and iv.covers and iv.covers != covers else ""
+
+
+def row_covers(ivs) -> str | None:
+    """What most of a row's intervals cover (the row's ``intervals`` column)."""
+    labels = [iv.covers for iv in ivs if iv is not None and iv.has_interval and iv.covers]
+    return max(labels, key=labels.count) if labels else None
+
+
+def estimate_text(column: str, row: dict, covers: str | None = None) -> str | None:
+    """``value [low, high]`` in shown units; ``n=8<300`` for a percentile of too few values; the interval's
+    levels where they differ from the row's ``covers``."""
     iv: Interval | None = row.get("_iv", {}).get(column)
     value = row.get(column)
     if iv is None:
@@ -272,19 +308,19 @@ def estimate_text(column: str, row: dict) -> str | None:
     if text is None:
         return None
     if iv.has_interval:
-        return f"{text} [{shown(column, iv.low)}, {shown(column, iv.high)}]"
+        return f"{text} [{shown(column, iv.low)}, {shown(column, iv.high)}]" + covers_note(iv, covers)
     return f"{text} (n={iv.n})" if estimated(column) and iv.n < (min_samples(stat) or 0) else text
 
 
-def ratio_text(iv: Interval | None) -> str | None:
-    """``1.98 [1.90, 2.05] *`` (``*``: the interval excludes 1)."""
+def ratio_text(iv: Interval | None, covers: str | None = None) -> str | None:
+    """``1.98 [1.90, 2.05] *`` (``*``: significant: the interval excludes 1 and covers run-to-run variation)."""
     if iv is None:
         return None
     if iv.value is None:
         return f"n={iv.n} pairs, too few"
     text = number(iv.value)
     if iv.has_interval:
-        text += f" [{number(iv.low)}, {number(iv.high)}]" + (" *" if iv.significant else "")
+        text += f" [{number(iv.low)}, {number(iv.high)}]" + (" *" if iv.significant else "") + covers_note(iv, covers)
     return text
 
 
@@ -303,10 +339,11 @@ def summary_table(rows: list[dict], peaks: list[str]) -> str:
     if any(r.get("chunk_token_source") not in ("usage", "none", None) for r in rows):  # ITL not from the server
         columns.append("chunk_token_source")
 
-    def cell(row, column):
-        return _identity_cell(row, column) if column in ident else estimate_text(column, row)
+    def line(row):
+        covers = row_covers(row.get("_iv", {}).get(c) for c in columns)
+        return [_identity_cell(row, c) for c in ident] + [covers] + [estimate_text(c, row, covers) for c in columns]
 
-    return render([[cell(r, c) for c in ident + columns] for r in rows], [title(c) for c in ident + columns])
+    return render([line(r) for r in rows], [title(c) for c in ident] + ["intervals"] + [title(c) for c in columns])
 
 
 def ratio_table(ratios: list[dict]) -> str:
@@ -320,8 +357,12 @@ def ratio_table(ratios: list[dict]) -> str:
     rows = list(by_point.values())
     columns = [c for c in RATIO_COLUMNS if any(c in r["ivs"] for r in rows)]
     ident = ["ratio", "task", "mode", "level"]
-    body = [[_identity_cell(r, c) for c in ident] + [ratio_text(r["ivs"].get(c)) for c in columns] for r in rows]
-    return render(body, ident + [title(c) for c in columns])
+    body = []
+    for r in rows:
+        covers = row_covers(r["ivs"].values())
+        body.append([_identity_cell(r, c) for c in ident] + [covers]
+                    + [ratio_text(r["ivs"].get(c), covers) for c in columns])
+    return render(body, ident + ["intervals"] + [title(c) for c in columns])
 
 
 def tokens_table(report: Report) -> str:
@@ -356,14 +397,27 @@ def header_lines(report: Report) -> list[str]:
     return lines
 
 
-STATS_NOTE = (f"Each figure: value [95 % interval]. Percentiles: the distribution-free interval between two "
-              f"order statistics (the bootstrap over requests for inter-token gaps, which move with their "
-              f"request); means and SLO attainment: percentile bootstrap over requests ({RESAMPLES} resamples, "
-              f"seed {SEED}); throughputs: the same bootstrap of tokens / (sum of E2E / effective concurrency), or, "
-              f"with repeats, the mean over repeats with Student's t interval. A percentile p needs "
-              f"n >= ln(0.025) / ln(max(p, 1 - p)) values (p50 {min_samples('p50')}, p90 {min_samples('p90')}, "
-              f"p99 {min_samples('p99')}): `n=8<368` marks one with too few; means and rates need "
-              f"{min_samples('mean')}, `(n=8)` marks a value without an interval (docs/statistics.md).")
+STATS_NOTE = (f"Each figure: value [95 % interval]; `intervals` says what they cover: `{WITHIN_RUN}` (the "
+              f"requests and the time within one run), `within-run + calibrated run-to-run` (widened by this "
+              f"machine's measured run-to-run variation) or `across R repeats` (Student's t over the repeats' "
+              f"figures; the value is their mean). Within a run: a circular block bootstrap over the requests in "
+              f"start-time order, in blocks as long as the figure's errors stay correlated ({RESAMPLES} resamples, "
+              f"seed {SEED}; inter-token gaps move with their request); a percentile of uncorrelated values: the "
+              f"distribution-free interval between two order statistics; throughputs: tokens / (sum of E2E / "
+              f"effective concurrency). A percentile p needs n >= ln(0.025) / ln(max(p, 1 - p)) values (p50 "
+              f"{min_samples('p50')}, p90 {min_samples('p90')}, p99 {min_samples('p99')}): `n=8<368` marks one "
+              f"with too few; means and rates need {min_samples('mean')}, `(n=8)` marks a value without an "
+              f"interval (docs/statistics.md).")
+
+
+def run_to_run_note(report: "Report") -> str:
+    """The report's one statement of what its single-run intervals leave out, or of the calibration they use."""
+    if report.calibration is not None:
+        return (f"Run-to-run variation: {report.calibration_note}; single-run intervals are widened by it where it "
+                "has the kind of cell and figure.")
+    return (f"Run-to-run variation: {report.calibration_note}. Single-run intervals are therefore `{WITHIN_RUN}`, "
+            "and single-run ratios are not marked significant: repeated runs of a cell differ by more than one "
+            "run's interval shows (docs/statistics.md).")
 
 
 def main_rows(report: Report) -> tuple[list[dict], list[dict]]:
@@ -376,17 +430,18 @@ def markdown(report: Report) -> str:
     parts = header_lines(report)
     matrix, other = main_rows(report)
     parts += ["Latencies in ms, from the raw per-request logs (warm-up excluded); throughput over each cell's "
-              "wall time. " + STATS_NOTE, ""]
+              "wall time. " + STATS_NOTE, "", run_to_run_note(report), ""]
     if matrix:
         parts += [summary_table(matrix, report.peaks), ""]
     if other:
         parts += ["## Sweep and capacity cells", "", summary_table(other, report.peaks), ""]
     if report.ratios:
         parts += [f"## Ratios: {report.baseline} over each server", "",
-                  f"`{report.baseline} / X` of each figure, point by point, with its 95 % interval: a paired "
-                  "bootstrap over the prompts both answered, widened for run-to-run noise of "
-                  f"{report.noise * 100:g} % per cell (`--cell-noise`), or Welch's t over repeats where both have "
-                  "2 or more; `*`: significant (the interval excludes 1). Above 1, "
+                  f"`{report.baseline} / X` of each figure, point by point, with its 95 % interval: Welch's t over "
+                  "the repeats' figures where both have 2 or more repeats, else a paired block bootstrap over the "
+                  "prompt occurrences both answered, widened by both cells' calibrated run-to-run variation where "
+                  "there is a calibration; `*`: significant (the interval excludes 1 and covers run-to-run "
+                  "variation). Above 1, "
                   f"{report.baseline}'s figure is the larger (faster for throughputs, slower for latencies).", "",
                   ratio_table(report.ratios), ""]
     if report.warnings:
@@ -512,17 +567,15 @@ def write_report(report: Report, out_dir: Path) -> Path:
 
 
 def merge_run(run_dir: str | Path, out_dir: str | Path | None = None, baseline: str | None = None,
-              tokenizer: str | None = None, use_tokenizer: bool = True, noise: float = CELL_NOISE) -> Path:
-    """Merge ``run_dir`` into ``out_dir`` (default ``run_dir/report``); return the Markdown summary."""
+              tokenizer: str | None = None, use_tokenizer: bool = True, calibration: Path | None = None,
+              use_calibration: bool = True) -> Path:
+    """Merge ``run_dir`` into ``out_dir`` (default ``run_dir/report``); return the Markdown summary.
+
+    ``calibration``: the calibration file (default: :func:`reports.calibrate.find_calibration`'s).
+    """
     run = load_run(run_dir)
-    report = build_report(run, baseline, tokenizer, use_tokenizer, noise)
+    report = build_report(run, baseline, tokenizer, use_tokenizer, find_calibration(calibration, use_calibration))
     return write_report(report, Path(out_dir) if out_dir else run.path / "report")
-
-
-def add_noise_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--cell-noise", type=non_negative_float, default=CELL_NOISE * 100, metavar="PCT",
-                   help="run-to-run noise of a figure in percent, added to ratio intervals where repeats cannot "
-                        "measure it (default: %(default)g, measured on identical mock runs; 0 = bootstrap only)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -535,7 +588,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--baseline", default=None,
                    help="server every ratio is taken over: baseline / server (default: run.json's baseline, "
                         "else vllm when the run has it)")
-    add_noise_option(p)
+    add_calibration_options(p)
     tokens = p.add_mutually_exclusive_group()
     tokens.add_argument("--tokenizer", default=None,
                    help="tokenizer (model folder) to recount the generated text with (default: the run's model "
@@ -547,7 +600,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     return report_command(lambda: merge_run(args.run_dir, args.out, args.baseline, args.tokenizer,
-                                            not args.no_tokenizer, args.cell_noise / 100.0))
+                                            not args.no_tokenizer, args.calibration, not args.no_calibration))
 
 
 if __name__ == "__main__":

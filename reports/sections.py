@@ -18,9 +18,11 @@ import datetime as dt
 
 import numpy as np
 
+from llmload.core.calibration import Calibration
 from llmload.core.metrics import SLO, ratio
 from llmload.core.sequential import UNDECIDED, interval_at
-from llmload.core.stats import CELL_NOISE, Interval, has_enough, min_samples
+from llmload.core.stats import Interval, has_enough, min_samples
+from reports.calibrate import spreads_for
 from reports.estimates import Requests, cell_intervals, ratio_intervals
 from reports.format import number
 from reports.run import RunData
@@ -248,11 +250,11 @@ def repeat_rows(groups: list[dict]) -> list[dict]:
 
 
 TURN_COLUMNS = ["server", "task", "mode", "concurrency", "rate", "turn", "requests", "ttft_p50", "ttft_p50_ci_low",
-                "ttft_p50_ci_high", "e2e_p50", "e2e_p50_ci_low", "e2e_p50_ci_high"]
+                "ttft_p50_ci_high", "e2e_p50", "e2e_p50_ci_low", "e2e_p50_ci_high", "covers"]
 
 
 def turn_rows(run: RunData) -> list[dict]:
-    """Per cell (repeats pooled) and turn index: TTFT and E2E p50 with their intervals."""
+    """Per cell (repeats pooled) and turn index: TTFT and E2E p50 with their within-run intervals."""
     rows = []
     for key, cells in run.groups().items():
         ok = [c for c in cells if c.ok]
@@ -270,6 +272,8 @@ def turn_rows(run: RunData) -> list[dict]:
                 iv = found.get(column)
                 row[column] = iv.value if iv else None
                 row[f"{column}_ci_low"], row[f"{column}_ci_high"] = (iv.low, iv.high) if iv else (None, None)
+                if iv is not None and iv.has_interval:
+                    row["covers"] = iv.covers
             rows.append(row)
     return rows
 
@@ -326,11 +330,12 @@ def server_series(run: RunData) -> list[dict]:
 
 
 PREFIX_COLUMNS = ["off_server", "on_server", "task", "mode", "concurrency", "rate", "metric", "off", "off_ci_low",
-                  "off_ci_high", "on", "on_ci_low", "on_ci_high", "ratio", "ci_low", "ci_high", "significant",
-                  "method"]
+                  "off_ci_high", "on", "on_ci_low", "on_ci_high", "ratio", "ci_low", "ci_high", "covers",
+                  "significant", "method"]
 
 
-def prefix_rows(groups: list[dict], caching: dict[str, bool], noise: float = CELL_NOISE) -> list[dict]:
+def prefix_rows(groups: list[dict], caching: dict[str, bool], calibration: Calibration | None = None
+                ) -> list[dict]:
     """TTFT p50/p99 of each server with its prefix cache off against each with it on (``caching``: server name
     -> cache on), in the cells both ran (same task, mode and level), and off / on with its paired interval."""
     def point(r):
@@ -345,8 +350,8 @@ def prefix_rows(groups: list[dict], caching: dict[str, bool], noise: float = CEL
             if cached is None:
                 continue
             found = ratio_intervals(off["_requests"], cached["_requests"], ("ttft_p50", "ttft_p99"),
-                                    ("prefix", off["server"], on_server) + point(off), noise, off["_cells"],
-                                    cached["_cells"])
+                                    ("prefix", off["server"], on_server) + point(off), off["_cells"],
+                                    cached["_cells"], (spreads_for(calibration, off), spreads_for(calibration, cached)))
             for column in ("ttft_p50", "ttft_p99"):
                 if column not in found:
                     continue
@@ -359,6 +364,7 @@ def prefix_rows(groups: list[dict], caching: dict[str, bool], noise: float = CEL
                              "on_ci_low": b.low if b else None, "on_ci_high": b.high if b else None,
                              "ratio": iv.value if iv.value is not None else ratio(off.get(column),
                                                                                   cached.get(column)),
-                             "ci_low": iv.low, "ci_high": iv.high, "significant": iv.significant,
+                             "ci_low": iv.low, "ci_high": iv.high, "covers": iv.covers if iv.has_interval else None,
+                             "significant": iv.significant,
                              "method": method, "_iv": iv, "_off": off, "_on": cached})
     return rows

@@ -47,3 +47,18 @@ def mock_runs(tmp_path_factory, prompt_dir16):
                    "--out", str(folder / name), "--no-report")
         runs[name] = folder / name
     return runs
+
+
+@pytest.fixture(autouse=True, scope="session")
+def no_calibration():
+    """Reports in these tests use no calibration unless a test names one (a developer's results/calibration.json
+    would widen their intervals)."""
+    import os
+
+    before = os.environ.get("LLMLOAD_CALIBRATION")
+    os.environ["LLMLOAD_CALIBRATION"] = "none"
+    yield
+    if before is None:
+        os.environ.pop("LLMLOAD_CALIBRATION", None)
+    else:
+        os.environ["LLMLOAD_CALIBRATION"] = before

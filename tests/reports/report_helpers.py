@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import csv
+import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -10,19 +12,26 @@ from pathlib import Path
 
 import numpy as np
 
+from llmload.core.calibration import Calibration, Spread
 from llmload.core.metrics import SLO, RequestResult
 from llmload.core.rawlog import write_results
 from llmload.core.runfiles import Cell, append_cell, write_manifest
 from llmload.core.sequential import Budget, Look, Trend
+from reports.estimates import estimated
+from reports.merge import value_columns
 from llmload.core.services import ServiceProcess, free_port, local_url
 from llmload.runner.capacity import CapacitySearch, search_cells
 
 REPO = Path(__file__).resolve().parents[2]
+#: The machine scripted run folders say they ran on (run.json's ``machine``).
+TEST_MACHINE = {"cpu": "Test CPU", "cores": 2, "memory_gib": 8.0, "gpus": None, "platform": "test", "python": "3"}
 
 
-def run_module(module: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+def run_module(module: str, *args: str, timeout: float = 600, env: dict | None = None
+               ) -> subprocess.CompletedProcess:
+    """``python -m module args`` in the repository (``env``: variables to set on top of this process's)."""
     return subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=REPO, capture_output=True,
-                          text=True, timeout=timeout)
+                          text=True, timeout=timeout, env={**os.environ, **env} if env else None)
 
 
 def run_runner(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -77,7 +86,7 @@ class ScriptedRun:
     def __post_init__(self) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
         write_manifest(self.path, {"command": "scripted", "model": None, "served_model_name": "test",
-                                   **self.manifest})
+                                   "machine": TEST_MACHINE, **self.manifest})
 
     def add(self, server: str, task: str, mode: str, concurrency: int, results: list[RequestResult],
             rate: float | None = None, repeat: int = 0, phase: str = "matrix", status: str = "ok",
@@ -96,6 +105,17 @@ class ScriptedRun:
                 writer.writerows(monitor)
         append_cell(self.path, cell)
         return cell
+
+
+def write_calibration(path: Path, servers, machine: dict | None = TEST_MACHINE, sd: float = 0.02, df: float = 30.0,
+                      modes=("sync", "stream")) -> Path:
+    """A calibration file: run-to-run spread ``sd`` of every estimated figure of ``servers`` (pooled per server and
+    mode), measured on ``machine`` (a run folder's: read its run.json when ``machine`` is a folder)."""
+    if isinstance(machine, Path):
+        machine = json.loads((machine / "run.json").read_text())["machine"]
+    figures = {c: Spread(sd, df) for c in value_columns() if estimated(c)}
+    spreads = {(server, None, mode, None): dict(figures) for server in servers for mode in modes}
+    return Calibration(machine=machine, spreads=spreads, created="2026-12-04").save(path)
 
 
 def read_csv(path: Path) -> list[dict]:

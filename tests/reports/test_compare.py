@@ -9,33 +9,46 @@ import numpy as np
 import pytest
 
 from llmload.core.sequential import interval_at
+from llmload.core.stats import CALIBRATED, WITHIN_RUN
 from reports.compare import main
-from report_helpers import ScriptedRun, closed_loop, read_csv, run_module, searched
+from report_helpers import ScriptedRun, closed_loop, read_csv, run_module, searched, write_calibration
 
 
-def compared(run_a, run_b, out) -> list[dict]:
-    proc = run_module("reports.compare", run_a, run_b, "--out", out)
+def compared(run_a, run_b, out, *options) -> list[dict]:
+    proc = run_module("reports.compare", run_a, run_b, "--out", out, *options)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == str(out / "compare.md")
     return read_csv(out / "compare.csv")
 
 
+def calibrated(runs, tmp_path) -> tuple[str, str]:
+    """``--calibration FILE``: a run-to-run spread of 3 % per figure of the mock, measured on the runs' machine."""
+    return "--calibration", str(write_calibration(tmp_path / "calibration.json", ("mock",), runs["a"], sd=0.03))
+
+
 def test_a_real_2x_ttft_is_significant(mock_runs, tmp_path):
-    rows = compared(mock_runs["a"], mock_runs["slow"], tmp_path)
+    rows = compared(mock_runs["a"], mock_runs["slow"], tmp_path, *calibrated(mock_runs, tmp_path))
     ttft = [r for r in rows if r["metric"] == "ttft_p50"]
     assert len(ttft) == 2
     for r in ttft:
         assert 1.7 < float(r["ratio"]) < 2.2 and r["significant"] == "True", r
         assert float(r["ci_low"]) <= float(r["ratio"]) <= float(r["ci_high"]) and r["method"] == "paired"
-        assert int(r["pairs"]) == 16
+        assert int(r["pairs"]) == 16 and r["covers"] == CALIBRATED
     assert all(r["significant"] == "True" for r in rows if r["metric"] in ("e2e_p50", "output_token_throughput"))
     md = (tmp_path / "compare.md").read_text()
-    assert "| mock qa stream c1 | TTFT p50 ms" in md and "significant" in md
+    assert "| mock qa stream c1 | TTFT p50 ms" in md and "Run-to-run variation: calibration" in md
     assert (tmp_path / "compare_ratios.png").stat().st_size > 1000
 
 
+def test_without_a_calibration_single_runs_are_not_judged(mock_runs, tmp_path):
+    rows = compared(mock_runs["a"], mock_runs["slow"], tmp_path)
+    ttft = [r for r in rows if r["metric"] == "ttft_p50"]
+    assert ttft and all(float(r["ci_low"]) > 1 and r["covers"] == WITHIN_RUN and r["significant"] == "" for r in ttft)
+    assert "not judged significant" in (tmp_path / "compare.md").read_text()
+
+
 def test_identical_setups_are_not_significant(mock_runs, tmp_path):
-    rows = compared(mock_runs["a"], mock_runs["same"], tmp_path)
+    rows = compared(mock_runs["a"], mock_runs["same"], tmp_path, *calibrated(mock_runs, tmp_path))
     judged = [r for r in rows if r["significant"] in ("True", "False")]
     assert len(judged) >= 8
     assert not [r for r in judged if r["metric"] in ("ttft_p50", "e2e_p50") and r["significant"] == "True"]

@@ -14,7 +14,7 @@ from monitors.sampler import PEAK_KEYS
 from reports.merge import IDENTITY, TRAILER, build_report, main, merge_run
 from reports.plots import write_plots
 from reports.run import load_run
-from report_helpers import ScriptedRun, closed_loop, read_csv, run_module
+from report_helpers import ScriptedRun, closed_loop, read_csv, run_module, write_calibration
 
 
 def as_float(text: str) -> float | None:
@@ -54,7 +54,7 @@ def test_real_run_columns_are_the_catalogue_and_the_values_summarize(pair_run, t
 
 
 def test_real_run_ratios_are_baseline_over_server(pair_run, tmp_path):
-    merge_run(pair_run, tmp_path)
+    merge_run(pair_run, tmp_path, calibration=write_calibration(tmp_path / "cal.json", ("mock", "vllm"), pair_run))
     rows = {(r["server"], r["mode"], r["concurrency"]): r for r in read_csv(tmp_path / "summary.csv")}
     ratios = read_csv(tmp_path / "ratios.csv")
     assert {r["ratio"] for r in ratios} == {"vllm / mock"}

@@ -1,4 +1,5 @@
-"""Intervals in the merged report: CSV columns, Markdown text, the sample rule, paired server ratios, repeats."""
+"""Intervals in the merged report: CSV columns, Markdown text, the sample rule, what each interval covers, paired
+server ratios with and without a calibration, repeats."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ import numpy as np
 import pytest
 
 from llmload.core.metrics import column_title
-from llmload.core.stats import min_samples, t_quantile
+from llmload.core.stats import CALIBRATED, WITHIN_RUN, min_samples, t_quantile
 from reports.format import number
 from reports.merge import merge_run
-from report_helpers import ScriptedRun, closed_loop, read_csv
+from report_helpers import ScriptedRun, closed_loop, read_csv, write_calibration
 
 
 def f(text: str) -> float | None:
@@ -40,6 +41,7 @@ def test_csv_intervals_and_counts_follow_the_sample_rule(tmp_path):
         for column in ("ttft_p50", "ttft_p90", "e2e_mean", "output_token_throughput", "itl_p50"):
             low, value, high = f(row[f"{column}_ci_low"]), f(row[column]), f(row[f"{column}_ci_high"])
             assert low <= value <= high, column
+            assert row[f"{column}_ci_covers"] == WITHIN_RUN
         assert row["ttft_p99"] != "" and row["ttft_p99_ci_low"] == row["ttft_p99_ci_high"] == ""  # 40 < 368
         assert "dispatch_lag_max_ci_low" not in row  # a maximum never gets an interval
     header = next(line for line in md.splitlines() if line.startswith("| server"))
@@ -47,7 +49,7 @@ def test_csv_intervals_and_counts_follow_the_sample_rule(tmp_path):
     cells = dict(zip([c.strip() for c in header.split("|")], [c.strip() for c in line.split("|")]))
     assert cells[column_title("ttft_p99")] == f"n=40<{min_samples('p99')}"
     low, high = f(rows[0]["ttft_p50_ci_low"]) * 1000, f(rows[0]["ttft_p50_ci_high"]) * 1000
-    assert cells[column_title("ttft_p50")].endswith(f"[{low:.1f}, {high:.1f}]")
+    assert cells[column_title("ttft_p50")].endswith(f"[{low:.1f}, {high:.1f}]") and cells["intervals"] == WITHIN_RUN
 
 
 def test_small_cells_print_no_percentile_and_no_interval(tmp_path):
@@ -67,31 +69,67 @@ def test_the_report_is_reproducible(tmp_path):
         assert (tmp_path / "one" / name).read_text() == (tmp_path / "two" / name).read_text(), name
 
 
-@pytest.mark.parametrize("truth, significant", [(2.0, "True"), (1.0, "False")])
-def test_server_ratios_carry_a_paired_interval_and_say_if_significant(tmp_path, truth, significant):
-    run = servers_run(tmp_path / "run", ratio=truth)
+def test_without_a_calibration_ratios_are_within_run_and_not_judged(tmp_path):
+    run = servers_run(tmp_path / "run", ratio=2.0)
     md = merge_run(run.path, tmp_path / "r", use_tokenizer=False).read_text()
     ratios = {r["metric"]: r for r in read_csv(tmp_path / "r" / "ratios.csv")}
     ttft = ratios["ttft_p50"]
     assert ttft["ratio"] == "vllm / basic" and ttft["method"] == "paired" and ttft["pairs"] == "40"
-    assert f(ttft["ci_low"]) <= f(ttft["value"]) <= f(ttft["ci_high"])
+    assert f(ttft["ci_low"]) > 1.0 and ttft["covers"] == WITHIN_RUN and ttft["significant"] == ""
+    assert md.count("not marked significant") == 1 and "no calibration of this machine" in md
+    assert " *" not in md.split("## Ratios")[1].split("##")[0]
+
+
+@pytest.mark.parametrize("truth, significant", [(2.0, "True"), (1.0, "False")])
+def test_a_calibration_widens_single_runs_and_judges_their_ratios(tmp_path, truth, significant):
+    run = servers_run(tmp_path / "run", ratio=truth)
+    calibration = write_calibration(tmp_path / "calibration.json", ("basic", "vllm"), sd=0.03)
+    md = merge_run(run.path, tmp_path / "r", use_tokenizer=False, calibration=calibration).read_text()
+    merge_run(run.path, tmp_path / "within", use_tokenizer=False)
+    ratios = {r["metric"]: r for r in read_csv(tmp_path / "r" / "ratios.csv")}
+    ttft = ratios["ttft_p50"]
+    assert f(ttft["ci_low"]) <= f(ttft["value"]) <= f(ttft["ci_high"]) and ttft["covers"] == CALIBRATED
     assert abs(f(ttft["value"]) - truth) < 0.1 * truth and ttft["significant"] == significant
     assert ratios["ttft_p99"]["ci_low"] == "" and ratios["ttft_p99"]["significant"] == ""  # too few
-    assert "## Ratios: vllm over each server" in md
     assert (" *" in md.split("## Ratios")[1].split("##")[0]) == (truth != 1.0)
+    assert "Run-to-run variation: calibration" in md and "not marked significant" not in md
+    wide, narrow = read_csv(tmp_path / "r" / "summary.csv")[0], read_csv(tmp_path / "within" / "summary.csv")[0]
+    assert wide["ttft_p50_ci_covers"] == CALIBRATED and narrow["ttft_p50_ci_covers"] == WITHIN_RUN
+    assert f(wide["ttft_p50_ci_low"]) < f(narrow["ttft_p50_ci_low"]) <= f(narrow["ttft_p50_ci_high"]) < f(
+        wide["ttft_p50_ci_high"])
 
 
-def test_repeats_pool_latencies_and_give_throughput_a_t_interval(tmp_path):
+def test_a_calibration_from_another_machine_is_not_used_and_the_report_says_so(tmp_path):
+    run = servers_run(tmp_path / "run", ratio=2.0)
+    other = {"cpu": "Another CPU", "cores": 64, "memory_gib": 512.0, "gpus": ["GPU 0: H100"]}
+    calibration = write_calibration(tmp_path / "calibration.json", ("basic", "vllm"), machine=other)
+    md = merge_run(run.path, tmp_path / "r", use_tokenizer=False, calibration=calibration).read_text()
+    (line,) = [line for line in md.splitlines() if "another machine" in line]
+    assert "Another CPU, 64 cores" in line and "Test CPU, 2 cores" in line and "is not used" in line
+    ttft = {r["metric"]: r for r in read_csv(tmp_path / "r" / "ratios.csv")}["ttft_p50"]
+    assert ttft["covers"] == WITHIN_RUN and ttft["significant"] == ""
+
+
+def test_repeats_give_every_figure_a_t_interval_across_them(tmp_path):
+    """Each figure all 3 repeats have: their mean with Student's t interval, `across 3 repeats`; a p99 only the
+    pooled requests can give keeps its pooled within-run interval, marked so; ratios: Welch's t over repeats."""
     run = servers_run(tmp_path / "run", repeats=3, n=12)
     md = merge_run(run.path, tmp_path / "r", use_tokenizer=False).read_text()
     cells = read_csv(tmp_path / "r" / "summary.csv")
     assert sorted(int(r["repeat"]) for r in cells if r["server"] == "basic") == [0, 1, 2]
-    per_repeat = [f(r["output_token_throughput"]) for r in cells if r["server"] == "basic"]
-    mean = sum(per_repeat) / 3
-    half = t_quantile(2) * float(np.std(per_repeat, ddof=1)) / math.sqrt(3)
-    line = next(line for line in md.splitlines() if line.startswith("| basic"))
-    assert "| 3 " in line  # the repeats column
-    assert f"{number(mean)} [{number(mean - half)}, {number(mean + half)}]" in line
+    header = [c.strip() for c in next(line for line in md.splitlines() if line.startswith("| server")).split("|")]
+    line = [c.strip() for c in next(line for line in md.splitlines() if line.startswith("| basic")).split("|")]
+    shown = dict(zip(header, line))
+    assert shown["repeats"] == "3" and shown["intervals"] == "across 3 repeats"
+    for column in ("output_token_throughput", "ttft_p50"):
+        per_repeat = [f(r[column]) for r in cells if r["server"] == "basic"]
+        mean = sum(per_repeat) / 3
+        half = t_quantile(2) * float(np.std(per_repeat, ddof=1)) / math.sqrt(3)
+        scale = 1000.0 if column == "ttft_p50" else 1.0
+        assert shown[column_title(column)] == \
+            f"{number(mean * scale)} [{number((mean - half) * scale)}, {number((mean + half) * scale)}]"
+    assert shown[column_title("ttft_p90")].endswith(f"({WITHIN_RUN})")  # 36 pooled values, 12 per repeat
     ratios = {r["metric"]: r for r in read_csv(tmp_path / "r" / "ratios.csv")}
     assert ratios["output_token_throughput"]["method"] == "repeats"
     assert ratios["ttft_p50"]["method"] == "repeats" and ratios["ttft_p50"]["significant"] == "True"
+    assert ratios["ttft_p50"]["covers"] == "across 3 + 3 repeats"
