@@ -159,7 +159,8 @@ def block_length(series: np.ndarray, factor: float = BLOCK_FACTOR) -> int:
     ``D = 4/3 g(0)^2`` from the autocovariances under a flat-top lag window of width ``M``,
     twice the first lag ``m`` after which ``K_n = max(5, log10 n)`` autocorrelations in a row
     are insignificant (``|r| < 2 sqrt(log10(n) / n)``). 1 when ``m`` is 0 (no autocorrelation
-    found: the units are treated as independent); at most ``min(3 sqrt(n), n / 3)``.
+    found: the units are treated as independent). Rounded to the nearest of 1, 2, 3, 4, 6, 8, 12, 16,
+    24, ... (figures of one cell then share few draws), at most ``min(3 sqrt(n), n / 3)``.
     """
     x = np.asarray(series, dtype=float)
     n = x.size
@@ -184,7 +185,10 @@ def block_length(series: np.ndarray, factor: float = BLOCK_FACTOR) -> int:
     if g0 <= 0 or big_g == 0:
         return 1
     b = (2.0 * big_g ** 2 / (4.0 / 3.0 * g0 ** 2)) ** (1.0 / 3.0) * n ** (1.0 / 3.0)
-    return int(max(1, min(math.ceil(min(3.0 * math.sqrt(n), n / 3.0)), round(factor * b))))
+    b = max(1.0, factor * b)
+    octave = 2.0 ** math.floor(math.log2(b))
+    grid = min((octave, 1.5 * octave, 2.0 * octave), key=lambda g: abs(math.log(b / g)))
+    return int(min(math.ceil(min(3.0 * math.sqrt(n), n / 3.0)), max(1, math.floor(grid))))
 
 
 def block_counts(units: int, resamples: int, rng: np.random.Generator, length: int = 1,
@@ -200,6 +204,19 @@ def block_counts(units: int, resamples: int, rng: np.random.Generator, length: i
     if length <= 1 or units <= 1:
         return resample_counts(units, resamples, rng)
     length = min(length, units)
+    blocks = -(-units // length)
+    if method == "circular" and length > 4:  # each block adds 1 over its span: a difference array, one cumsum
+        starts = rng.integers(0, units, size=(resamples, blocks))
+        spans = np.full(blocks, length)
+        spans[-1] = units - length * (blocks - 1)
+        ends = starts + spans
+        wraps = ends > units
+        rows = np.arange(resamples)[:, None] * (units + 1)
+        at = np.concatenate([(rows + starts).ravel(), (rows + np.where(wraps, units, ends)).ravel(),
+                             (rows + np.where(wraps, 0, units)).ravel(), (rows + np.where(wraps, ends - units, units)).ravel()])
+        sign = np.repeat(np.array([1.0, -1.0, 1.0, -1.0]), starts.size)
+        diff = np.bincount(at, weights=sign, minlength=resamples * (units + 1)).reshape(resamples, units + 1)
+        return np.cumsum(diff[:, :units], axis=1).astype(np.int32)
     if method == "stationary":
         starts = rng.integers(0, units, size=(resamples, units))
         restart = rng.random((resamples, units)) < 1.0 / length
@@ -208,10 +225,8 @@ def block_counts(units: int, resamples: int, rng: np.random.Generator, length: i
         last = np.maximum.accumulate(np.where(restart, step, 0), axis=1)
         draws = (np.take_along_axis(starts, last, axis=1) + step - last) % units
     else:
-        blocks = -(-units // length)
-        top = units if method == "circular" else units - length + 1
-        starts = rng.integers(0, top, size=(resamples, blocks))
-        draws = ((starts[:, :, None] + np.arange(length)).reshape(resamples, -1)[:, :units]) % units
+        starts = rng.integers(0, units if method == "circular" else units - length + 1, size=(resamples, blocks))
+        draws = (starts[:, :, None] + np.arange(length)).reshape(resamples, -1)[:, :units] % units
     offsets = (np.arange(resamples) * units)[:, None]
     counts = np.bincount((draws + offsets).ravel(), minlength=resamples * units).reshape(resamples, units)
     return counts.astype(np.int32)
@@ -340,6 +355,14 @@ class Statistic:
             below = (self.values <= np.percentile(self.values, 100.0 * q)).astype(float)
             contribution = np.bincount(column, weights=below, minlength=labels.size) - q * count
         return contribution[np.searchsorted(labels, order)]
+
+    def log_influence(self, order: np.ndarray | None = None) -> np.ndarray | None:
+        """:meth:`influence` on the scale of the statistic's log (what each unit moves ``log`` of it by), for a
+        mean or a rate; None for a percentile (that needs the density at it)."""
+        if self.stat not in ("mean", "rate"):
+            return None
+        total = float(self.values.sum())  # d log(sum / count) = influence / sum, and the same for a rate
+        return self.influence(order) / total if total else None
 
     def block_length(self, order: np.ndarray | None = None, factor: float = BLOCK_FACTOR) -> int:
         """:func:`block_length` of the statistic's :meth:`influence` series."""
@@ -581,7 +604,11 @@ def ratio_interval(top: Statistic, bottom: Statistic, key: Sequence[Hashable] = 
     if not (top.enough and bottom.enough) or value is None:
         return Interval(None, n=n), is_paired
     if is_paired:
-        length = max(top.block_length(order), bottom.block_length(order)) if blocks else 1
+        length = 1
+        if blocks:  # the ratio's own errors (a prompt's cost cancels from them) and each side's
+            up, down = top.log_influence(order), bottom.log_influence(order)
+            own = block_length(up - down) if up is not None and down is not None else 1
+            length = max(own, top.block_length(order), bottom.block_length(order))
         cache_key = (common.size, hash(common.tobytes()), length)
         if draws is not None and cache_key in draws:
             counts, weights = draws[cache_key]

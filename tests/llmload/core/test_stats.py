@@ -87,7 +87,8 @@ def test_inter_token_gaps_are_resampled_with_their_request():
     """Gaps of one request share its speed: resampling requests covers, resampling gaps alone does not."""
     rng = np.random.default_rng(5)
     hits_cluster = hits_naive = 0
-    for draw in range(DRAWS):
+    draws = 150
+    for draw in range(draws):
         speed = rng.lognormal(0.0, 0.4, size=30)  # per request
         gaps = speed[:, None] * rng.exponential(1.0, size=(30, 20))
         owners = np.repeat(np.arange(30), 20)
@@ -96,9 +97,10 @@ def test_inter_token_gaps_are_resampled_with_their_request():
         naive = interval(Statistic("mean", gaps.ravel()), key=("itl-naive", draw), resamples=RESAMPLES, blocks=False)
         hits_cluster += cluster.low <= truth <= cluster.high
         hits_naive += naive.low <= truth <= naive.high
-    print(f"coverage of gaps: by request {coverage(hits_cluster):.3f}, gap by gap {coverage(hits_naive):.3f}")
-    assert 0.91 <= coverage(hits_cluster) <= 0.99, coverage(hits_cluster)
-    assert coverage(hits_naive) < 0.8, coverage(hits_naive)
+    print(f"coverage of gaps: by request {coverage(hits_cluster, draws):.3f}, "
+          f"gap by gap {coverage(hits_naive, draws):.3f}")
+    assert 0.91 <= coverage(hits_cluster, draws) <= 0.99, coverage(hits_cluster, draws)
+    assert coverage(hits_naive, draws) < 0.8, coverage(hits_naive, draws)
 
 
 def test_rate_statistic_is_tokens_over_wall_time():
@@ -250,7 +252,7 @@ def test_blocks_cover_an_autocorrelated_series_where_independent_resampling_does
     rng = np.random.default_rng(3)
     truth = {"mean": math.exp(0.125), "p50": 1.0}
     hits = {(m, s): 0 for m in ("blocks", "independent") for s in truth}
-    draws = 150
+    draws = 120
     for draw in range(draws):
         x = ar1(rng, 400, 0.6)
         for method, blocks in (("blocks", True), ("independent", False)):
@@ -264,7 +266,7 @@ def test_blocks_cover_an_autocorrelated_series_where_independent_resampling_does
 
 
 def test_paired_ratio_uses_blocks_of_the_time_order():
-    """Two servers answer the same 300 prompt occurrences in the same order; each drifts (AR(1) 0.7 on its log
+    """Two servers answer the same 300 prompt occurrences in the same order; each drifts (AR(1) 0.6 on its log
     latency); B is 1.5 x A. Paired blocks cover the true ratio; pairs resampled one by one undercover."""
     rng = np.random.default_rng(13)
     prompts = np.array([f"p{i:03d}#0" for i in range(300)])
@@ -272,14 +274,14 @@ def test_paired_ratio_uses_blocks_of_the_time_order():
     draws = 150
     for draw in range(draws):
         cost = rng.lognormal(0.0, 0.5, size=300)
-        a, b = cost * ar1(rng, 300, 0.7), 1.5 * cost * ar1(rng, 300, 0.7)
+        a, b = cost * ar1(rng, 300, 0.6), 1.5 * cost * ar1(rng, 300, 0.6)
         for blocks in hits:
             iv, paired = ratio_interval(Statistic("mean", b, prompts), Statistic("mean", a, prompts),
                                         key=("drift", draw), resamples=RESAMPLES, blocks=blocks)
             assert paired
             hits[blocks] += iv.low <= 1.5 <= iv.high
     print(f"paired ratio under drift: blocks {hits[True] / draws:.2f}, independent {hits[False] / draws:.2f}")
-    assert 0.88 <= hits[True] / draws <= 0.99 and hits[False] / draws <= 0.8, hits
+    assert 0.9 <= hits[True] / draws <= 0.99 and hits[False] / draws <= 0.8, hits
 
 
 def test_repeats_cover_the_mean_over_runs_where_pooled_requests_do_not():
