@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from benchmarks.coverage import ar1  # lognormal latencies exp(z / 2), z AR(1): mean exp(1/8), median 1
 from llmload.core.stats import (CALIBRATED, CONFIDENCE, WINDOW_VALUES, WITHIN_RUN, Interval, Statistic,
                                 block_counts, block_length, combined_spread, expanded_alpha, has_enough, interval,
                                 intervals, min_samples, order_interval, ratio_interval, repeat_interval,
@@ -16,16 +17,6 @@ from llmload.core.stats import (CALIBRATED, CONFIDENCE, WINDOW_VALUES, WITHIN_RU
 
 DRAWS = 200  # repeated experiments per coverage check: a coverage's standard error is about 1.5 points
 RESAMPLES = 500  # per interval in these checks (the reports use 2000): a few seconds per test
-
-
-def ar1(rng: np.random.Generator, n: int, phi: float) -> np.ndarray:
-    """Lognormal latencies ``exp(z / 2)``, ``z`` a stationary AR(1) of unit variance: mean ``exp(1/8)``, median 1."""
-    e = rng.normal(size=n) * math.sqrt(1.0 - phi ** 2)
-    z = np.empty(n)
-    z[0] = rng.normal()
-    for t in range(1, n):
-        z[t] = phi * z[t - 1] + e[t]
-    return np.exp(0.5 * z)
 
 
 def coverage(hits: int, draws: int = DRAWS) -> float:
