@@ -85,7 +85,7 @@ def loo_calibrated(ivs: list[Interval], i: int) -> Interval:
     if parts is None:
         return Interval(ivs[i].value, n=ivs[i].n)
     spread = spread_of([parts])
-    return widened(ivs[i], spread.sd, spread.df)
+    return widened(ivs[i], spread.sd, spread.df, within=spread.within)
 
 
 def cell_coverage(cells: list, label: str, figures=FIGURES) -> list[Coverage]:

@@ -43,10 +43,12 @@ def components(per_repeat: list) -> Components | None:
 
 
 def spread_of(parts: list[Components]) -> Spread:
-    """The pooled run-to-run spread: ``sqrt(max(0, sum df (between - within) / sum df))``, df = repeats - 1."""
+    """The pooled run-to-run spread ``sqrt(max(0, sum df (between - within) / sum df))`` and within-run error
+    ``sqrt(sum df within / sum df)``, df = repeats - 1."""
     df = sum(r - 1 for _, _, r in parts)
     excess = sum((r - 1) * (between - within) for between, within, r in parts) / df
-    return Spread(math.sqrt(max(0.0, excess)), float(df), len(parts))
+    within = sum((r - 1) * within for _, within, r in parts) / df
+    return Spread(math.sqrt(max(0.0, excess)), float(df), math.sqrt(within), len(parts))
 
 
 def cell_components(cells: list) -> dict[str, Components]:

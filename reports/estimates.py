@@ -120,10 +120,11 @@ def cell_intervals(requests: Requests, key: tuple, blocks: bool = True) -> dict[
 def calibrated(found: dict[str, Interval], spreads: dict[str, Spread] | None, runs: int = 1
                ) -> dict[str, Interval]:
     """Intervals of ``runs`` runs' requests widened by the run-to-run spread of each figure the calibration has
-    (``spread / sqrt(runs)``: the pooled requests of several runs vary less from run to run)."""
+    (divided by ``sqrt(runs)``: the pooled requests of several runs vary less from run to run)."""
     if not spreads:
         return found
-    return {column: widened(iv, spreads[column].sd / runs ** 0.5, spreads[column].df) if column in spreads else iv
+    return {column: widened(iv, spreads[column].sd / runs ** 0.5, spreads[column].df,
+                            within=spreads[column].within / runs ** 0.5) if column in spreads else iv
             for column, iv in found.items()}
 
 

@@ -3,8 +3,8 @@
 A calibration file holds, per kind of cell (server, task, mode and load level, and
 the same pooled over tasks and levels) and per figure, the relative standard
 deviation between repeated runs that the within-run intervals do not explain,
-with its degrees of freedom, and the machine it was measured on (run.json's
-``machine``). The reports widen a single run's intervals by it
+with its degrees of freedom and the typical within-run standard error of those
+runs, and the machine it was measured on (run.json's ``machine``). The reports widen a single run's intervals by it
 (:func:`llmload.core.stats.widened`); ``python -m reports.calibrate`` measures it.
 Method and validation: ``docs/statistics.md``.
 """
@@ -33,10 +33,12 @@ class CalibrationError(ValueError):
 
 @dataclass(frozen=True)
 class Spread:
-    """Run-to-run relative standard deviation of one figure of one kind of cell, with its degrees of freedom."""
+    """Run-to-run relative standard deviation of one figure of one kind of cell beyond the within-run error
+    (``sd``), its degrees of freedom, and the runs' typical within-run relative standard error (``within``)."""
 
     sd: float
     df: float
+    within: float = 0.0
     cells: int = 1  # cells (with their repeats) it was measured on
 
 
@@ -87,7 +89,8 @@ class Calibration:
     def to_json(self) -> dict:
         return {"format": FORMAT, "created": self.created, "machine": self.machine, "sources": self.sources,
                 "spreads": [{"server": k[0], "task": k[1], "mode": k[2], "level": k[3], "figure": figure,
-                             "sd": round(s.sd, 6), "df": round(s.df, 3), "cells": s.cells}
+                             "sd": round(s.sd, 6), "df": round(s.df, 3), "within": round(s.within, 6),
+                             "cells": s.cells}
                             for k, figures in self.spreads.items() for figure, s in figures.items()]}
 
     def save(self, path: Path) -> Path:
@@ -121,6 +124,7 @@ class Calibration:
                 raise CalibrationError(f"{path}: spreads[{i}]: {problem}")
             kind = (entry["server"], entry.get("task"), entry["mode"], entry.get("level"))
             spreads.setdefault(kind, {})[entry["figure"]] = Spread(float(entry["sd"]), float(entry["df"]),
+                                                                   float(entry["within"]),
                                                                    int(entry.get("cells") or 1))
         return cls(machine=data["machine"], spreads=spreads, created=str(data.get("created") or ""),
                    sources=[str(s) for s in data.get("sources") or []], path=path)
@@ -135,10 +139,10 @@ def _entry_problem(entry) -> str | None:
     for key in ("task", "level"):
         if entry.get(key) is not None and not isinstance(entry[key], str):
             return f"'{key}' must be a name or null"
-    for key, low in (("sd", 0.0), ("df", 1e-9)):
+    for key, low in (("sd", 0.0), ("within", 0.0), ("df", 1e-9)):
         value = entry.get(key)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < low:
-            return f"'{key}' must be a number >= {low:g}" if key == "sd" else f"'{key}' must be a positive number"
+            return f"'{key}' must be a positive number" if key == "df" else f"'{key}' must be a number >= 0"
     return None
 
 

@@ -631,26 +631,30 @@ def ratio_interval(top: Statistic, bottom: Statistic, key: Sequence[Hashable] = 
     return Interval(value, low, high, n, WITHIN_RUN), is_paired
 
 
-def widened(iv: Interval, spread: float, df: float | None = None, covers: str = CALIBRATED) -> Interval:
+def widened(iv: Interval, spread: float, df: float | None = None, covers: str = CALIBRATED,
+            within: float = 0.0) -> Interval:
     """``iv`` widened for run-to-run variation of relative standard deviation ``spread`` (``df`` degrees of freedom).
 
     On the log scale (a positive interval) each side's within-run standard error
     ``s = half-width / 1.96`` adds in quadrature with ``spread``, and the side becomes
     ``t(df') * sqrt(s^2 + spread^2)`` with Satterthwaite's ``df' = df * (1 + s^2 / spread^2)^2``
-    (the within-run part counted as known; the normal quantile without ``df``). For a ratio
-    ``spread`` is the root of both sides' squared spreads (:func:`combined_spread`). An
-    interval reaching 0 or below is widened the same way on the linear scale, by
-    ``spread * |value|``.
+    (the within-run part counted as known; the normal quantile without ``df``). With
+    ``within``, the typical within-run error of the runs ``spread`` was measured on, each side
+    is at least ``t(df) * sqrt(within^2 + spread^2)``: how far one run's figure falls from
+    the mean over runs, whatever its own (estimated) interval says. For a ratio ``spread``
+    is the root of both sides' squared spreads (:func:`combined_spread`). An interval
+    reaching 0 or below is widened the same way on the linear scale, by ``spread * |value|``.
     """
     if not iv.has_interval or iv.value is None or spread < 0:
         return iv
+    floor = (t_quantile(max(1, int(df))) if df else Z975) * math.hypot(within, spread)
 
     def side(half: float, scale: float) -> float:
         s2, extra = (half / Z975) ** 2, (spread * scale) ** 2
         if extra == 0:
-            return half
+            return max(half, floor * scale)
         q = t_quantile(int(min(1e6, df * (1.0 + s2 / extra) ** 2))) if df else Z975
-        return q * math.sqrt(s2 + extra)
+        return max(q * math.sqrt(s2 + extra), floor * scale)
 
     if iv.value > 0 and iv.low > 0:
         return Interval(iv.value, iv.value * math.exp(-side(math.log(iv.value / iv.low), 1.0)),

@@ -29,24 +29,31 @@ def test_the_spread_is_the_run_to_run_variance_beyond_the_within_run_one():
     assert np.mean(spreads) == pytest.approx(0.10, abs=0.01)
     none = spread_of([components([one_run(rng, 10.0, 0.0, 0.05) for _ in range(8)]) for _ in range(20)])
     assert none.sd < 0.03 and none.df == 140 and none.cells == 20  # within-run error alone: (close to) no spread
+    assert none.within == pytest.approx(0.05)
     assert components([one_run(rng, 10.0, 0.1, 0.03), Interval(5.0, n=3)]) is None  # a repeat without interval
 
 
 def test_a_single_run_widened_by_a_calibration_covers_the_mean_over_runs():
     """Runs vary 10 % from run to run and 3 % within: the within-run interval alone covers the cell's mean over
-    runs about 45 % of the time; widened by a spread calibrated on 8 other runs (df 7), about 95 %."""
+    runs about 45 % of the time; widened by a spread calibrated on 8 other runs (df 7), about 95 %, and a run
+    whose own interval came out too narrow (a third of the width) still about 95 %: the calibration's typical
+    within-run error sets the least width."""
     rng = np.random.default_rng(2)
-    hits_within = hits_calibrated = 0
+    hits_within = hits_calibrated = hits_narrow = 0
     draws = 2000
     for _ in range(draws):
         spread = spread_of([components([one_run(rng, 10.0, 0.10, 0.03) for _ in range(8)])])
         iv = one_run(rng, 10.0, 0.10, 0.03)
-        wide = widened(iv, spread.sd, spread.df)
+        wide = widened(iv, spread.sd, spread.df, within=spread.within)
+        narrow = Interval(iv.value, iv.value * (iv.low / iv.value) ** (1 / 3), iv.value * (iv.high / iv.value) ** (1 / 3))
+        narrow = widened(narrow, spread.sd, spread.df, within=spread.within)
         hits_within += iv.low <= 10.0 <= iv.high
         hits_calibrated += wide.low <= 10.0 <= wide.high
+        hits_narrow += narrow.low <= 10.0 <= narrow.high
     print(f"coverage of the mean over runs: within-run {hits_within / draws:.3f}, "
-          f"calibrated {hits_calibrated / draws:.3f}")
+          f"calibrated {hits_calibrated / draws:.3f}, from a too narrow interval {hits_narrow / draws:.3f}")
     assert hits_within / draws < 0.6 and 0.93 <= hits_calibrated / draws <= 0.985
+    assert 0.93 <= hits_narrow / draws <= 0.985
 
 
 def repeated_run(path, factors, machine=TEST_MACHINE, servers=("basic",)) -> ScriptedRun:
@@ -71,7 +78,7 @@ def test_calibration_round_trip(tmp_path):
     expected = 0.2 * math.sqrt(8 / 7)
     for kind in (("basic", "qa", "stream", "c2"), ("basic", "qa", "stream", None), ("basic", None, "stream", None)):
         ttft = calibration.spreads[kind]["ttft_p50"]
-        assert ttft.sd == pytest.approx(expected, rel=0.05) and ttft.df == 7
+        assert ttft.sd == pytest.approx(expected, rel=0.05) and ttft.df == 7 and 0 < ttft.within < 0.05
     found = calibration.for_cell("basic", "chat", "stream", "c4")  # another task: the server and mode pooled
     assert found["ttft_p50"].sd == pytest.approx(expected, rel=0.05)
     assert calibration.for_cell("vllm", "qa", "stream", "c2") == {}
@@ -99,9 +106,13 @@ def test_calibrate_refuses_runs_without_repeats_or_from_two_machines(tmp_path):
     (json.dumps({"format": "other"}), "'format' is not"),
     (json.dumps({"format": "llmload-calibration/1", "machine": {}}), "'spreads' list"),
     (json.dumps({"format": "llmload-calibration/1", "machine": {}, "spreads": [
-        {"server": "basic", "mode": "stream", "figure": "ttft_p50", "sd": -0.1, "df": 3}]}), "spreads[0]: 'sd'"),
+        {"server": "basic", "mode": "stream", "figure": "ttft_p50", "sd": -0.1, "df": 3, "within": 0.1}]}),
+     "spreads[0]: 'sd'"),
     (json.dumps({"format": "llmload-calibration/1", "machine": {}, "spreads": [
-        {"server": "basic", "mode": "stream", "figure": "ttft_p50", "sd": 0.1, "df": 0}]}), "spreads[0]: 'df'"),
+        {"server": "basic", "mode": "stream", "figure": "ttft_p50", "sd": 0.1, "df": 0, "within": 0.1}]}),
+     "spreads[0]: 'df'"),
+    (json.dumps({"format": "llmload-calibration/1", "machine": {}, "spreads": [
+        {"server": "basic", "mode": "stream", "figure": "ttft_p50", "sd": 0.1, "df": 3}]}), "spreads[0]: 'within'"),
     (json.dumps({"format": "llmload-calibration/1", "machine": {}, "spreads": [{"mode": "stream"}]}),
      "spreads[0]: 'server'"),
 ])

@@ -211,6 +211,9 @@ def test_widened_interval_adds_the_run_to_run_spread_on_the_log_scale():
     assert not widened(Interval(1.05, 1.01, 1.09, 10, WITHIN_RUN), 0.03).significant
     low = widened(Interval(0.0, -1.0, 1.0), 0.5)  # an interval through 0: on the linear scale
     assert low.low == -1.0 and low.high == 1.0
+    # a run whose own interval is narrower than the calibration's typical within-run error: at least that
+    assert math.log(2.0 / widened(Interval(2.0, 1.999, 2.001), 0.1, 4, within=0.1).low) == pytest.approx(
+        2.776 * math.hypot(0.1, 0.1), rel=1e-3)
     sd, df = combined_spread((0.03, 7), (0.04, 7))
     assert sd == pytest.approx(0.05) and 7 < df < 14
 
