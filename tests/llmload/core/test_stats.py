@@ -280,7 +280,7 @@ def test_paired_ratio_uses_blocks_of_the_time_order():
 
 def test_repeats_cover_the_mean_over_runs_where_pooled_requests_do_not():
     """Runs differ by a known 10 % (between-run sd) on top of AR(1) requests: Student's t over 3 or 8 repeats'
-    figures covers the cell's mean over runs near 95 %; one interval over all their requests pooled does not."""
+    figures covers the cell's mean over runs near 95 %; one interval over 3 runs' requests pooled does not."""
     rng = np.random.default_rng(17)
     truth, tau = math.exp(0.125), 0.10
     draws = 150
@@ -289,11 +289,14 @@ def test_repeats_cover_the_mean_over_runs_where_pooled_requests_do_not():
         for draw in range(draws):
             runs = [ar1(rng, 100, 0.3) * math.exp(rng.normal(0.0, tau) - tau ** 2 / 2) for _ in range(repeats)]
             t = repeat_interval([float(x.mean()) for x in runs])
-            pooled = interval(Statistic("mean", np.concatenate(runs)), ("pooled", repeats, draw), RESAMPLES)
             hits_t += t.low <= truth <= t.high
-            hits_pooled += pooled.low <= truth <= pooled.high
-        print(f"{repeats} repeats: t over repeats {hits_t / draws:.2f}, pooled requests {hits_pooled / draws:.2f}")
-        assert 0.9 <= hits_t / draws <= 0.99 and hits_pooled / draws <= 0.8
+            if repeats == 3:
+                pooled = interval(Statistic("mean", np.concatenate(runs)), ("pooled", draw), RESAMPLES)
+                hits_pooled += pooled.low <= truth <= pooled.high
+        print(f"{repeats} repeats: t over repeats {hits_t / draws:.2f}"
+              + (f", pooled requests {hits_pooled / draws:.2f}" if repeats == 3 else ""))
+        assert 0.9 <= hits_t / draws <= 0.99
+    assert hits_pooled / draws <= 0.8
 
 
 def test_windowed_bootstrap_percentiles_equal_the_full_computation():
