@@ -42,6 +42,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--managed-by", type=positive_int, help=argparse.SUPPRESS)
     # Set by start_monitor after its first monitor in a process: the "no GPU" and "no energy" notices were shown.
     parser.add_argument("--no-gpu-notice", action="store_true", help=argparse.SUPPRESS)
+    # Set by start_monitor after its first monitor of this --metrics-url: "no Prometheus metrics" was already said.
+    parser.add_argument("--no-missing-metrics-notice", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if not args.managed_by:
         for flag, pid in (("--server-pid", args.server_pid), ("--client-pid", args.client_pid)):
@@ -77,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     energy, why = open_energy_probes(gpu)
     if why and not args.no_gpu_notice:
         notify_stderr(f"energy per token not available: {why}")
-    metrics = MetricsProbe(args.metrics_url, args.interval, notify_stderr) if args.metrics_url else None
+    metrics = MetricsProbe(args.metrics_url, args.interval, notify_stderr,
+                           say_missing=not args.no_missing_metrics_notice) if args.metrics_url else None
     sampler = Sampler(server_pid=args.server_pid, client_pid=args.client_pid or os.getppid(),
                       gpu=gpu, exclude_pids={os.getpid()}, server_metrics=metrics, energy=energy)
 

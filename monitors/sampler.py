@@ -374,11 +374,13 @@ class MonitorHandle:
 
 
 _started_in_this_process = False
+#: The metrics URLs a monitor of this process has read already (a runner starts one monitor per cell).
+_metrics_urls_seen: set[str] = set()
 
 
 def monitor_command(out_csv_path: str | os.PathLike, server_pid: int | None = None, interval: float = 0.5,
                     client_pid: int | None = None, gpu_notice: bool = True,
-                    metrics_url: str | None = None) -> list[str]:
+                    metrics_url: str | None = None, missing_metrics_notice: bool = True) -> list[str]:
     """The ``python -m monitors`` command :func:`start_monitor` runs."""
     cmd = [sys.executable, "-m", "monitors", "--out", str(out_csv_path), "--interval", str(interval),
            "--client-pid", str(client_pid or os.getpid()), "--managed-by", str(os.getpid())]
@@ -388,6 +390,8 @@ def monitor_command(out_csv_path: str | os.PathLike, server_pid: int | None = No
         cmd += ["--metrics-url", metrics_url]
     if not gpu_notice:
         cmd.append("--no-gpu-notice")
+    if metrics_url and not missing_metrics_notice:
+        cmd.append("--no-missing-metrics-notice")
     return cmd
 
 
@@ -402,7 +406,8 @@ def start_monitor(out_csv_path: str | os.PathLike, server_pid: int | None = None
     ``/metrics``, read into the ``server_*`` metric columns at each interval
     (vLLM's and the basic server's names). The monitor also ends by itself if this
     process dies. Only the first monitor a process starts shows the "no GPU
-    metrics" notice (a runner starts one per matrix cell).
+    metrics" notice (a runner starts one per matrix cell), and only the first
+    per ``metrics_url`` the "no Prometheus metrics" one.
     """
     global _started_in_this_process
     if interval <= 0:
@@ -411,7 +416,7 @@ def start_monitor(out_csv_path: str | os.PathLike, server_pid: int | None = None
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_REPO_ROOT), env.get("PYTHONPATH")) if p)
     command = monitor_command(out_path, server_pid, interval, client_pid, gpu_notice=not _started_in_this_process,
-                              metrics_url=metrics_url)
+                              metrics_url=metrics_url, missing_metrics_notice=metrics_url not in _metrics_urls_seen)
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env)
     handle = MonitorHandle(process, out_path)
     ready, _, _ = select.select([process.stdout], [], [], ready_timeout)
@@ -421,6 +426,8 @@ def start_monitor(out_csv_path: str | os.PathLike, server_pid: int | None = None
         why = f"exited with code {process.returncode}" if ready else f"not ready within {ready_timeout:.0f}s"
         raise MonitorError(f"resource monitor for {out_path} {why} (its message is above)")
     _started_in_this_process = True
+    if metrics_url:
+        _metrics_urls_seen.add(metrics_url)
     return handle
 
 

@@ -4,7 +4,9 @@
 interval (its own timeout), so a slow or dead server never delays the psutil
 samples; :meth:`MetricsProbe.read` returns the latest figures as the monitor
 CSV's ``server_*`` metric columns, empty where the server has no such metric or
-the last scrape failed (one notice, once).
+the last scrape failed (one notice, once). A URL that answers without
+Prometheus metrics (404, an HTML or JSON page) or without a known server's
+names is not scraped again: its columns stay empty.
 
 Each server's metric names are one row of :data:`SERVER_METRICS`; counters and
 histograms become per-interval figures from the difference between two scrapes.
@@ -12,8 +14,10 @@ histograms become per-interval figures from the difference between two scrapes.
 
 from __future__ import annotations
 
+import http.client
 import threading
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass, fields
 from collections.abc import Callable
@@ -111,8 +115,11 @@ def columns_from(scrape: Scrape, previous: Scrape | None) -> dict[str, float | N
 class MetricsProbe:
     """Scrapes ``url`` every ``interval`` s in a daemon thread; :meth:`read` never waits for the network."""
 
-    def __init__(self, url: str, interval: float, notify: Callable[[str], None], timeout: float | None = None):
+    def __init__(self, url: str, interval: float, notify: Callable[[str], None], timeout: float | None = None,
+                 say_missing: bool = True):
+        """``say_missing=False``: an earlier monitor of the same run already said that ``url`` has no metrics."""
         self.url = url
+        self.say_missing = say_missing
         self.interval = interval
         self.timeout = timeout if timeout is not None else max(SCRAPE_TIMEOUT_S, interval)
         self.notify = notify
@@ -138,24 +145,72 @@ class MetricsProbe:
         start, tick = time.monotonic(), 0
         while not self._stop.is_set():
             try:
-                with urllib.request.urlopen(self.url, timeout=self.timeout) as response:
-                    scrape = parse_metrics(response.read().decode("utf-8", errors="replace"))
-                if scrape is None:
-                    raise ValueError("no vLLM or basic-server metric names in it")
-            except Exception as exc:  # refused, timed out, HTTP error, not Prometheus text: empty cells
-                self._latest, previous = None, None
-                self._notice(f"{type(exc).__name__}: {exc}")
+                scrape = self._scrape()
+            except NoMetrics as exc:  # the answer will not change: say so (once a run) and stop scraping
+                self._latest = None
+                if self.say_missing:
+                    self._notice(str(exc))
+                return
+            except (OSError, ValueError, http.client.HTTPException) as exc:  # refused, timed out, HTTP 5xx,
+                self._latest, previous = None, None  # cut short, malformed: empty cells while it lasts
+                self._notice(f"no server metrics from {self.url} ({_reason(exc, self.timeout)}); the server "
+                             "columns are left empty while it fails")
             else:
                 self._latest = (time.monotonic(), columns_from(scrape, previous))
                 previous = scrape
             tick = max(tick + 1, int((time.monotonic() - start) / self.interval) + 1)  # skip missed ticks
             self._stop.wait(max(0.0, start + tick * self.interval - time.monotonic()))
 
-    def _notice(self, reason: str) -> None:
+    def _scrape(self) -> Scrape:
+        try:
+            with urllib.request.urlopen(self.url, timeout=self.timeout) as response:
+                content_type = response.headers.get_content_type()
+                text = response.read().decode("utf-8", errors="replace")
+        except urllib.error.HTTPError as exc:
+            if exc.code >= 500:
+                raise
+            raise NoMetrics(f"no Prometheus metrics at {self.url}; the server columns stay empty "
+                            f"(it answered HTTP {exc.code})") from None
+        scrape = parse_metrics(text)
+        if scrape is not None:
+            return scrape
+        if not is_prometheus_text(text, content_type):
+            raise NoMetrics(f"no Prometheus metrics at {self.url}; the server columns stay empty "
+                            f"(it answered {content_type})")
+        raise NoMetrics(f"no vLLM or basic-server metric names at {self.url}; the server columns stay empty "
+                        "(add the server's names to SERVER_METRICS in monitors/server_metrics.py)")
+
+    def _notice(self, message: str) -> None:
         if not self._noticed:
             self._noticed = True
-            self.notify(f"no server metrics from {self.url} ({reason}); the {', '.join(METRIC_COLUMNS)} "
-                        "columns are left empty while it fails")
+            self.notify(message)
+
+
+class NoMetrics(Exception):
+    """The URL answered, with no metrics the probe can read (the message says what it answered)."""
+
+
+def is_prometheus_text(text: str, content_type: str) -> bool:
+    """Whether ``text`` is a Prometheus (or OpenMetrics) exposition with at least one metric."""
+    if content_type not in ("text/plain", "application/openmetrics-text"):
+        return False
+    try:
+        return any(True for _ in text_string_to_metric_families(text))
+    except ValueError:
+        return False
+
+
+def _reason(exc: BaseException, timeout: float) -> str:
+    """Why a scrape failed, in words (never the exception's class name)."""
+    if isinstance(exc, urllib.error.HTTPError):
+        return f"HTTP {exc.code}"
+    if isinstance(exc, urllib.error.URLError):
+        exc = exc.reason if isinstance(exc.reason, BaseException) else exc
+    if isinstance(exc, http.client.IncompleteRead):
+        return "the answer was cut short"
+    if isinstance(exc, TimeoutError):
+        return f"no answer within {timeout:g} s"
+    return getattr(exc, "strerror", None) or str(exc) or "the connection failed"
 
 
 def _names(names: MetricNames) -> list[str]:
@@ -170,7 +225,8 @@ def _family(line: str) -> str | None:
             return None
         name = parts[2]
     else:
-        name = line.split("{", 1)[0].split(None, 1)[0] if line.strip() else ""
+        words = line.split("{", 1)[0].split(None, 1)
+        name = words[0] if words else ""  # a line starting with "{" (a JSON page) names no metric
     for suffix in _SUFFIXES:
         if name.endswith(suffix):
             return name[: -len(suffix)]

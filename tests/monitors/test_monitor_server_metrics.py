@@ -25,6 +25,8 @@ from string import Template
 import httpx
 import pytest
 
+import monitors.sampler
+
 from llmload.core.services import free_port
 from monitors.sampler import peak_usage, read_monitor, start_monitor
 from monitors.server_metrics import METRIC_COLUMNS, MetricsProbe, columns_from, parse_metrics
@@ -132,6 +134,7 @@ def test_unreachable_metrics_leave_the_columns_empty_with_one_notice(tmp_path):
     assert done.returncode == 0, done.stderr
     notices = metric_notices(done.stderr)
     assert len(notices) == 1 and "no server metrics from http://127.0.0.1:" in notices[0], done.stderr
+    assert "(Connection refused)" in notices[0] and "Error" not in notices[0]  # words, no exception name
     frame = read_monitor(out)
     assert 6 <= len(frame) <= 8 and frame[METRIC_COLUMNS].isna().all().all()
     assert peak_usage(frame)["peak_server_running"] is None
@@ -149,31 +152,80 @@ def test_a_hanging_metrics_endpoint_never_delays_the_samples(tmp_path):
     frame = read_monitor(out)
     assert 25 <= len(frame) <= 27 and frame["elapsed_s"].diff().max() < 0.3, frame["elapsed_s"].tolist()
     assert frame[METRIC_COLUMNS].isna().all().all()
-    assert len(metric_notices(done.stderr)) == 1 and "timed out" in done.stderr
+    assert len(metric_notices(done.stderr)) == 1 and "(no answer within 2 s)" in done.stderr
 
 
-def test_probe_reads_nothing_from_a_page_without_known_metrics(tmp_path):
+@pytest.fixture
+def page_server():
+    """``page_server(status, content_type, body)``: a local HTTP server answering every GET so; (URL, GET count)."""
+    servers, gets = [], []
+
+    def start(status: int, content_type: str, body: bytes) -> str:
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                gets.append(self.path)
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}/metrics"
+
+    start.gets = gets
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def probe_notices(url: str, seconds: float = 0.4) -> list[str]:
+    """The notices of a probe scraping ``url`` every 0.05 s for ``seconds``; its columns stay empty throughout."""
     notices = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):
-            body = b"# TYPE up gauge\nup 1.0\n"
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    probe = MetricsProbe(f"http://127.0.0.1:{server.server_address[1]}/metrics", 0.05, notices.append)
+    probe = MetricsProbe(url, 0.05, notices.append)
     try:
-        time.sleep(0.4)
+        time.sleep(seconds)
         assert probe.read() == dict.fromkeys(METRIC_COLUMNS)
     finally:
         probe.close()
-        server.shutdown()
-        server.server_close()
-    assert len(notices) == 1 and "no vLLM or basic-server metric names" in notices[0]
+    return notices
+
+
+@pytest.mark.parametrize("status, content_type, body, answered", [
+    (404, "application/json", b'{"detail":"Not Found"}', "HTTP 404"),
+    (200, "text/html", b"<!doctype html>\n<html><body>\n{ a: 1 }\n</body></html>\n", "text/html"),
+    (200, "application/json", b'{"detail": "metrics are elsewhere"}\n{"up": 1}\n', "application/json"),
+])
+def test_a_server_without_prometheus_metrics_is_said_once_without_an_exception_name(page_server, status, content_type,
+                                                                                    body, answered):
+    url = page_server(status, content_type, body)
+    assert probe_notices(url) == [f"no Prometheus metrics at {url}; the server columns stay empty "
+                                  f"(it answered {answered})"]
+    assert page_server.gets == ["/metrics"]  # the answer will not change: scraped once
+
+
+def test_probe_reads_nothing_from_a_page_without_known_metrics(page_server):
+    url = page_server(200, "text/plain; version=0.0.4", b"# TYPE up gauge\nup 1.0\n")
+    (notice,) = probe_notices(url)
+    assert notice.startswith(f"no vLLM or basic-server metric names at {url}; the server columns stay empty")
+    assert page_server.gets == ["/metrics"]
+
+
+def test_a_run_says_once_that_a_server_has_no_metrics(page_server, tmp_path, capfd, monkeypatch):
+    """The runner starts one monitor per cell: the first says it, the next ones (same URL) do not repeat it."""
+    monkeypatch.setattr(monitors.sampler, "_metrics_urls_seen", set())  # as in a fresh process
+    url = page_server(404, "text/html", b"<html>not here</html>")
+    for name in ("a.csv", "b.csv", "c.csv"):
+        with start_monitor(tmp_path / name, interval=0.1, metrics_url=url):
+            time.sleep(0.3)
+        assert read_monitor(tmp_path / name)[METRIC_COLUMNS].isna().all().all()
+    err = capfd.readouterr().err
+    assert err.count(f"monitor: no Prometheus metrics at {url}; the server columns stay empty") == 1, err
+    assert "Error" not in err and "Traceback" not in err
+    assert page_server.gets == ["/metrics"] * 3
