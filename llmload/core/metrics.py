@@ -9,7 +9,7 @@ The Locust stats rows, the web UI, the summary line, the reports and the
 benchmarks all read the same catalogue (:data:`METRICS`, :data:`FIGURES`).
 
 Definitions (``t0`` = the moment the request is sent; TTFT is what the seed
-called TTFT):
+called P2FT):
 
 * An *output chunk* is a streamed event that carries generated tokens of any
   kind: reasoning (``reasoning_content`` / ``reasoning``), answer text, or a
