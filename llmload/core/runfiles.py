@@ -19,7 +19,6 @@ import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterable
 
 from llmload.core.records import known_fields
 
@@ -172,11 +171,3 @@ def read_capacity(run_dir: Path) -> list[dict]:
                 continue
             found[(entry.get("server"), entry.get("task"), entry.get("mode"))] = entry
     return list(found.values())
-
-
-def is_run_folder(path: Path) -> bool:
-    return (Path(path) / CELLS).is_file()
-
-
-def cells_by_key(cells: Iterable[Cell]) -> dict[tuple, Cell]:
-    return {c.key: c for c in cells}
