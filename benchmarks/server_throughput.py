@@ -23,16 +23,7 @@ since a server that leaks grows from level to level.
     python -m benchmarks.server_throughput --servers naive,batched --out results/bench
     python -m benchmarks.server_throughput --servers batched-plain,batched,vllm --concurrency 8   # what packing brings
 
-The goal the table checks, at 8 and 32 users: batched reaches at least half
-of vLLM's token throughput (vLLM / batched tokens/s at most 2) with a TTFT p50
-at most twice vLLM's (vLLM / batched TTFT p50 at least 0.5). On a shared
-machine the figures are noisy: compare runs made at the same time.
-
-Threads: vLLM on a small CPU runs its model on one OpenMP thread and leaves
-the other core to its HTTP front end; the basic servers get the same
-(``--threads 1``) by default. With one thread per core instead
-(``--threads 0``) the batched engine's steps stall whenever another process
-takes a core (see ``server/engines/batched.py``).
+Measured figures: the README's Benchmarks section and docs/engines.md.
 """
 
 from __future__ import annotations
@@ -63,11 +54,6 @@ from server.settings import DTYPES
 
 #: What runs by default; ``basic-batched-plain`` (batched with its weights left unpacked) measures the packing.
 DEFAULT_SERVERS = "basic-naive,basic-batched,vllm"
-#: The server the goal is about.
-GOAL_SERVER = "basic-batched"
-GOAL_LEVELS = (8, 32)
-GOAL_THROUGHPUT_RATIO = 2.0  # baseline / batched output tokens/s, at most (batched >= half of vLLM's)
-GOAL_TTFT_RATIO = 0.5  # baseline / batched TTFT p50, at least (batched's TTFT <= twice vLLM's)
 
 #: Built-in prompts (used when no --prompts file is given): varied lengths, one chat turn each.
 DEFAULT_PROMPTS = (
@@ -254,29 +240,6 @@ def render_table(rows: list[dict], baseline: str | None) -> str:
     return render(body, headers, fmt="simple")
 
 
-def goal_verdicts(rows: list[dict], baseline: str | None) -> list[str]:
-    """The issue's goal, checked at each goal level that was measured for batched and the baseline."""
-    servers = {r["server"] for r in rows}
-    if baseline is None or not {GOAL_SERVER, baseline} <= servers:
-        ran = ", ".join(sorted(servers))
-        return [f"goal not checked: it compares {GOAL_SERVER} with {baseline or DEFAULT_BASELINE}, "
-                f"and --servers ran {ran}"]
-    verdicts = []
-    for r in rows:
-        if r["server"] != GOAL_SERVER or r["concurrency"] not in GOAL_LEVELS:
-            continue
-        t, p = r["throughput_ratio"], r["ttft_ratio"]
-        if t is None or p is None:
-            verdicts.append(f"{r['concurrency']} users: not comparable ({GOAL_SERVER} or {baseline} failed at "
-                            "this level)")
-            continue
-        ok = t <= GOAL_THROUGHPUT_RATIO and p >= GOAL_TTFT_RATIO
-        verdicts.append(f"{r['concurrency']} users: {baseline} / {GOAL_SERVER}: tok/s {t:.2f} (goal <= "
-                        f"{GOAL_THROUGHPUT_RATIO:g}), TTFT p50 {p:.2f} (goal >= {GOAL_TTFT_RATIO:g}): "
-                        f"{'met' if ok else 'NOT met'}")
-    return verdicts
-
-
 # --------------------------------------------------------------------------- command line
 
 
@@ -370,8 +333,6 @@ def main(argv: list[str] | None = None) -> int:
           f"basic-server threads {args.threads or 'one per core'}; ratios {baseline or 'none'} / server; "
           f"server logs in {log_dir}")
     print(render_table(rows, baseline))
-    for verdict in goal_verdicts(rows, baseline):
-        print(verdict)
     if out_dir is not None:
         settings_json = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "servers"}
         (out_dir / "summary.json").write_text(json.dumps(
