@@ -1,4 +1,4 @@
-"""Shared fixtures: real server processes on free ports, stopped after use.
+"""Shared fixtures: real server processes on free ports, stopped after use; the test tiers (:mod:`tiers`).
 
 ``server_factory(engine, *flags)`` starts ``python -m server`` and returns its
 base URL; ``real_server`` is one session-wide naive server on the embedded
@@ -11,6 +11,26 @@ import pytest
 
 from llmload.core.services import ServiceProcess, free_port
 from llmload.targets.basic import basic_server_command
+from tiers import check_tiers, guarded_phase
+
+
+def pytest_collection_modifyitems(items):
+    check_tiers(items)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_setup(item):
+    return (yield from guarded_phase(item))
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_call(item):
+    return (yield from guarded_phase(item))
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_teardown(item):
+    return (yield from guarded_phase(item))
 
 
 @pytest.fixture(scope="session")

@@ -25,6 +25,7 @@ PATHS = sorted(set(re.findall(r"\b((?:locustfiles|datasets|scripts|server|report
                               r"/[\w./-]+\.(?:py|sh|md|png|js|conf))(?![\w-])", README)))
 
 
+@pytest.mark.unit
 def test_the_readme_names_commands():
     assert {"llmload.runner", "server", "server.vllm_launcher", "reports.merge", "monitors"} <= set(MODULES)
     assert {"compare", "test", "quick", "data", "model"} <= set(MAKE_TARGETS)
@@ -40,6 +41,7 @@ def test_llmload_commands_exist_and_answer_help(command):
 
 
 @pytest.mark.parametrize("module", MODULES)
+@pytest.mark.integration
 def test_module_commands_answer_help(module):
     proc = subprocess.run([sys.executable, "-m", module, "--help"], cwd=REPO, capture_output=True, text=True,
                           timeout=120)
@@ -47,12 +49,14 @@ def test_module_commands_answer_help(module):
     assert "usage" in proc.stdout.lower() or "options" in proc.stdout.lower()
 
 
+@pytest.mark.integration
 def test_dataset_script_answers_help():
     proc = subprocess.run([sys.executable, "datasets/prepare.py", "--help"], cwd=REPO, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0 and "--source" in proc.stdout, proc.stderr
 
 
+@pytest.mark.unit
 def test_make_targets_exist():
     makefile = (REPO / "Makefile").read_text()
     for target in MAKE_TARGETS:
@@ -60,10 +64,12 @@ def test_make_targets_exist():
 
 
 @pytest.mark.parametrize("path", PATHS)
+@pytest.mark.unit
 def test_files_the_readme_names_exist(path):
     assert (REPO / path).exists(), path
 
 
+@pytest.mark.unit
 def test_datasets_is_not_a_package():
     assert not (REPO / "datasets" / "__init__.py").exists()
 
@@ -129,11 +135,13 @@ def help_texts() -> dict[tuple[str, ...], str]:
     return {cmd: help_text(cmd) for cmd in sorted({cmd for cmd, _ in FLAG_CHECKS})}
 
 
+@pytest.mark.unit
 def test_the_readme_commands_use_flags():
     assert len(FLAG_CHECKS) > 25 and (("locust",), "--requests") in FLAG_CHECKS
 
 
 @pytest.mark.parametrize("cmd, flag", FLAG_CHECKS, ids=[f"{c[-1]}:{f}" for c, f in FLAG_CHECKS])
+@pytest.mark.integration
 def test_every_flag_in_a_readme_command_is_in_its_help(help_texts, cmd, flag):
     assert re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", help_texts[cmd]), \
         f"{flag} is not in the help of `{' '.join(cmd)}`"

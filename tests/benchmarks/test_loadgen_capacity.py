@@ -23,6 +23,7 @@ from llmload.core.metrics import RequestResult, request_metrics
 FAST_ACCURACY = ["--users", "1,4", "--requests-per-user", "2", "--tokens", "8", "--ttft-ms", "20", "--itl-ms", "2"]
 
 
+@pytest.mark.integration
 def test_locust_capacity_and_accuracy_end_to_end(tmp_path, capsys):
     out = tmp_path / "bench"
     code = main(["--tools", "locust", "--parts", "capacity,accuracy", "--capacity-users", "2",
@@ -51,6 +52,7 @@ def test_locust_capacity_and_accuracy_end_to_end(tmp_path, capsys):
     assert (out / "accuracy_server_record.jsonl").is_file()
 
 
+@pytest.mark.integration
 def test_locust_rate_part_measures_the_dispatch_lag_at_each_offered_rate(tmp_path, capsys):
     out = tmp_path / "bench"
     code = main(["--tools", "locust", "--parts", "rate", "--rates", "20,60", "--rate-seconds", "2", "--rate-pool", "32",
@@ -65,6 +67,7 @@ def test_locust_rate_part_measures_the_dispatch_lag_at_each_offered_rate(tmp_pat
     assert "rate (open loop, constant spacing" in printed.out and "locust: dispatch lag p99" in printed.out
 
 
+@pytest.mark.unit
 def test_vllm_bench_intended_starts_are_estimated_from_its_constant_schedule():
     results = [RequestResult(str(i), "chat", "chat", "stream", 100.0 + (i + 1) * 0.1 + lag, 0.1)
                for i, lag in enumerate([0.002, 0.0, 0.010, 0.001])]
@@ -73,8 +76,8 @@ def test_vllm_bench_intended_starts_are_estimated_from_its_constant_schedule():
     assert lags == pytest.approx([0.002, 0.0, 0.010, 0.001], abs=1e-9)
 
 
-@pytest.mark.vllm
 @pytest.mark.skipif(not vllm_bench_available(), reason="vLLM is not installed")
+@pytest.mark.e2e
 def test_vllm_bench_serve_side_by_side_is_paired_through_its_request_ids(tmp_path, capsys, default_model):
     out = tmp_path / "bench"
     code = main(["--tools", "vllm-bench", "--parts", "accuracy", "--users", "3", "--requests-per-user", "1",
@@ -89,6 +92,7 @@ def test_vllm_bench_serve_side_by_side_is_paired_through_its_request_ids(tmp_pat
     assert row["chunks_per_s"] == pytest.approx(row["requests_per_s"] * 8, rel=1e-6)
 
 
+@pytest.mark.unit
 def test_vllm_bench_detailed_results_become_request_results(tmp_path):
     detailed = {"start_times": [100.0, 100.5], "ttfts": [0.2, None], "itls": [[0.01, 0.02], []],
                 "latencies": [0.23, 0.0], "output_lens": [3, 0],
@@ -108,6 +112,7 @@ def _measured(tool: str, users: int, p50: float) -> Measurement:
                        ttft_error_ms={"p50": p50, "p90": p50 * 2, "max": p50 * 3})
 
 
+@pytest.mark.unit
 def test_accuracy_verdict_names_the_user_count_from_which_the_error_stays_past_the_limit():
     rows = [_measured("locust", 1, 0.5), _measured("locust", 64, 6.0), _measured("locust", 16, 2.0),
             _measured("vllm-bench", 1, 0.4), _measured("vllm-bench", 64, 2.0), _measured("vllm-bench", 16, 2.6)]
@@ -118,6 +123,7 @@ def test_accuracy_verdict_names_the_user_count_from_which_the_error_stays_past_t
         "p90 stays under 5 ms up to 64 users (6,400 chunks/s; 4.00 ms) (once at 16 users, not above it)"]
 
 
+@pytest.mark.unit
 def test_a_level_past_the_limit_alone_is_a_spike_not_the_verdict():
     levels = [(25, 6.6), (50, 3.2), (100, 7.2), (200, 3.0), (400, 2.2), (800, 12.7)]
     assert sustained_over(levels, 5.0) == (800, [25, 100])
@@ -137,6 +143,7 @@ def test_a_level_past_the_limit_alone_is_a_spike_not_the_verdict():
     (["--ttft-ms", "-1"], "'-1' is not a number >= 0"),
     (["--rates", "0"], "'0' is not a number > 0"),
 ])
+@pytest.mark.unit
 def test_cli_rejects_bad_settings_in_one_line(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(argv)

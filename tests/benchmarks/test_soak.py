@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from benchmarks.soak import main
+
+pytestmark = pytest.mark.integration
 
 
 def test_soak_prints_memory_poll_times_and_the_sketch_error(tmp_path, capsys, monkeypatch):

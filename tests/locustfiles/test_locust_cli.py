@@ -15,6 +15,8 @@ from llmload.core.services import port_in_use
 from llmload.targets.basic import basic_server_command
 from llmload.tasks import get_task, task_names
 
+pytestmark = pytest.mark.integration
+
 NO_SERVER = "http://127.0.0.1:9"  # never contacted: these runs stop before any request
 
 

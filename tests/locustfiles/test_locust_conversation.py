@@ -5,9 +5,13 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 
+import pytest
+
 from locust_helpers import output, run_locust
 from llmload.core.rawlog import read_results
 from llmload.core.records import PromptRecord, write_records
+
+pytestmark = pytest.mark.integration
 
 TURNS = 3
 

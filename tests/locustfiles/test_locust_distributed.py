@@ -27,6 +27,8 @@ from llmload.core.rawlog import read_results
 from llmload.core.paths import REPO_ROOT
 from llmload.core.services import free_port
 
+pytestmark = pytest.mark.integration
+
 REQUESTS = 37  # not a multiple of the users: the budget must stop at exactly this many
 
 

@@ -22,6 +22,8 @@ from llmload.core.paths import REPO_ROOT
 from llmload.core.rawlog import iter_results
 from llmload.core.services import free_port
 
+pytestmark = pytest.mark.integration
+
 PROMPTS = 30000  # more than a run sends: every request has its own [id]
 
 

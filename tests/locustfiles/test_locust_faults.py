@@ -20,6 +20,8 @@ from llmload.core.rawlog import read_results
 from llmload.core.services import ServiceProcess, free_port, local_url
 from llmload.targets.basic import basic_server_command
 
+pytestmark = pytest.mark.integration
+
 FAULT_SERVER = Path(__file__).resolve().parents[1] / "llmload" / "core" / "fault_server.py"
 _spec = importlib.util.spec_from_file_location("loadgen_fault_server", FAULT_SERVER)
 _fault_module = importlib.util.module_from_spec(_spec)

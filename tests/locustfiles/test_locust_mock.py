@@ -38,6 +38,8 @@ from locust_helpers import ITL_MS, TTFT_MS, output, read_stats, run_locust, writ
 from llmload.core.metrics import summarize
 from llmload.core.rawlog import read_results
 
+pytestmark = pytest.mark.integration
+
 TOKENS = 10
 MEDIAN_ERROR_MS = 10.0
 MEAN_ERROR_MS = 10.0

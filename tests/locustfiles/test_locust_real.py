@@ -8,7 +8,7 @@ from locust_helpers import output, read_stats, run_locust, write_prompts
 from llmload.core.metrics import request_metrics
 from llmload.core.rawlog import read_results
 
-pytestmark = pytest.mark.model
+pytestmark = [pytest.mark.integration, pytest.mark.model]
 
 
 def test_locustfile_against_the_real_server(real_server, tmp_path):

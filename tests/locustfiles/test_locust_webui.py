@@ -18,6 +18,8 @@ import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from locust_helpers import ITL_MS, TTFT_MS, locust_command, output, run_locust, write_prompts
 from llmload.core.metrics import RequestResult, request_metrics
 from llmload.core.paths import REPO_ROOT
@@ -37,6 +39,7 @@ def get(url: str) -> bytes:
         return response.read()
 
 
+@pytest.mark.integration
 def test_llm_metrics_tab_shows_live_exact_figures(mock_server, tmp_path):
     url, _ = mock_server
     prompts = write_prompts(tmp_path / "chat.jsonl")
@@ -183,6 +186,7 @@ def poll_costs(board: LiveBoard) -> dict[str, float]:
     }
 
 
+@pytest.mark.unit
 def test_polls_cost_the_same_at_1k_and_100k_results():
     small, large = poll_costs(fed_board(1_000)), poll_costs(fed_board(100_000))
     for name in small:
@@ -195,6 +199,7 @@ def test_polls_cost_the_same_at_1k_and_100k_results():
     assert large["live.json, whole hour (page opened)"] < 10 * POLL_BUDGET_MS, large  # once per page load
 
 
+@pytest.mark.unit
 def test_stats_poll_is_spliced_once_and_pages_get_the_charts():
     client, plugin = fake_ui(fed_board(100))
     for _ in range(3):  # Locust memoizes its Response object: the splice must not pile up
@@ -222,6 +227,7 @@ def test_stats_poll_is_spliced_once_and_pages_get_the_charts():
 # ---------------------------------------------------------------------- the monitor's memory
 
 
+@pytest.mark.unit
 def test_monitor_tail_reads_the_newest_complete_row(tmp_path):
     path = tmp_path / "monitor.csv"
     tail = webui.MonitorTail(path)
@@ -242,6 +248,7 @@ def test_monitor_tail_reads_the_newest_complete_row(tmp_path):
                                                 "client_cpu_pct": None}]
 
 
+@pytest.mark.unit
 def test_live_feed_keeps_the_monitor_readings_of_this_run(tmp_path):
     path = tmp_path / "run_monitor.csv"
     path.write_text("timestamp,server_rss_mib,server_gpu_mib\n1.0,10,\n")  # an earlier run's file
@@ -283,6 +290,7 @@ def html_report_run(mock_server, tmp_path) -> Path:
     return report
 
 
+@pytest.mark.integration
 def test_html_report_has_the_llm_table_and_charts(mock_server, tmp_path):
     page = html_report_run(mock_server, tmp_path).read_text(encoding="utf-8")
     assert '"requests_statistics"' in page and "window.templateArgs" in page  # Locust's own report is intact
@@ -298,6 +306,7 @@ def test_html_report_has_the_llm_table_and_charts(mock_server, tmp_path):
     assert "LLMCharts.report" in page
 
 
+@pytest.mark.unit
 def test_report_section_is_replaced_not_added_twice(tmp_path):
     board = fed_board(200)
     plugin = SimpleNamespace(board=board, settings=SimpleNamespace(monitor_pid=None, monitor_path=None))

@@ -33,6 +33,7 @@ from test_locust_webui import TTFT_HIGH_MS, TTFT_LOW_MS, html_report_run
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = [
+    pytest.mark.e2e,
     pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH: install Debian's chromium package "
                        "(scripts/setup_env.sh does it when run as root with apt-get)"),
     pytest.mark.skipif(importlib.util.find_spec("playwright") is None,

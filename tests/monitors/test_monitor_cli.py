@@ -15,6 +15,8 @@ import pytest
 from monitors.gpu import open_gpu_probe
 from monitors.sampler import BASE_COLUMNS, gpu_columns, peak_usage, read_monitor
 
+pytestmark = pytest.mark.integration
+
 REPO = Path(__file__).resolve().parents[2]
 FAKE_NVML_DIR = Path(__file__).resolve().parent / "fake_nvml"
 GPU_HERE = open_gpu_probe()[0] is not None

@@ -10,6 +10,8 @@ import pytest
 
 from monitors.gpu import open_gpu_probe
 
+pytestmark = pytest.mark.unit
+
 MIB = 1024 * 1024
 
 

@@ -27,6 +27,7 @@ def spin(seconds: float) -> None:
         pass
 
 
+@pytest.mark.integration
 def test_tree_rss_counts_the_grandchild(memory_tree):
     row = Sampler(server_pid=memory_tree.pid).sample()
     grandchild = Sampler(server_pid=memory_tree.grandchild_pid).sample()
@@ -36,6 +37,7 @@ def test_tree_rss_counts_the_grandchild(memory_tree):
     assert row["server_rss_mib"] - grandchild["server_rss_mib"] > 3  # the child interpreter counts too
 
 
+@pytest.mark.integration
 def test_tree_cpu_counts_a_spinning_grandchild(process_tree):
     tree = process_tree(spin=True)
     sampler = Sampler(server_pid=tree.pid, client_pid=os.getpid())
@@ -50,6 +52,7 @@ def test_tree_cpu_counts_a_spinning_grandchild(process_tree):
     assert second["client_cpu_pct"] < second["server_cpu_pct"]
 
 
+@pytest.mark.integration
 def test_start_monitor_writes_flushed_rows_on_schedule(memory_tree, tmp_path, capfd, monkeypatch):
     monkeypatch.setattr(monitors.sampler, "_started_in_this_process", False)  # as in a fresh process
     out = tmp_path / "cell_monitor.csv"
@@ -86,6 +89,7 @@ def test_start_monitor_writes_flushed_rows_on_schedule(memory_tree, tmp_path, ca
         assert capfd.readouterr().err.count("no GPU metrics") == 1
 
 
+@pytest.mark.integration
 def test_server_dying_mid_run_is_recorded(process_tree, tmp_path, capfd):
     tree = process_tree(alloc_mib=20)
     out = tmp_path / "monitor.csv"
@@ -104,6 +108,7 @@ def test_server_dying_mid_run_is_recorded(process_tree, tmp_path, capfd):
     assert capfd.readouterr().err.count(f"server PID {tree.pid} has exited") == 1
 
 
+@pytest.mark.integration
 def test_a_killed_monitor_keeps_its_rows_and_stop_is_safe(tmp_path):
     out = tmp_path / "monitor.csv"
     handle = start_monitor(out, interval=0.1)
@@ -117,6 +122,7 @@ def test_a_killed_monitor_keeps_its_rows_and_stop_is_safe(tmp_path):
     assert df["server_procs"].isna().all()  # no server given
 
 
+@pytest.mark.integration
 def test_the_monitor_ends_when_its_owner_dies(tmp_path):
     owner = subprocess.run(
         [sys.executable, "-c", "import os, sys; from monitors.sampler import start_monitor; "
@@ -131,6 +137,7 @@ def test_the_monitor_ends_when_its_owner_dies(tmp_path):
     assert len(read_monitor(tmp_path / "monitor.csv")) >= 1
 
 
+@pytest.mark.integration
 def test_gpu_columns_and_peaks_with_the_nvml_stand_in(fake_nvml, two_gpu_config, memory_tree, tmp_path):
     mib = 1024 * 1024
     config = two_gpu_config(memory_tree.pid, memory_tree.grandchild_pid, os.getpid())
@@ -153,6 +160,7 @@ def test_gpu_columns_and_peaks_with_the_nvml_stand_in(fake_nvml, two_gpu_config,
     assert peaks["peak_server_rss_mib"] >= 200
 
 
+@pytest.mark.unit
 def test_reader_on_empty_and_foreign_files(tmp_path):
     header_only = tmp_path / "header.csv"
     header_only.write_text(",".join(BASE_COLUMNS) + "\n")
@@ -167,11 +175,13 @@ def test_reader_on_empty_and_foreign_files(tmp_path):
         read_monitor(foreign)
 
 
+@pytest.mark.unit
 def test_bad_interval_is_refused(tmp_path):
     with pytest.raises(ValueError, match="interval must be > 0"):
         start_monitor(tmp_path / "m.csv", interval=0)
 
 
+@pytest.mark.integration
 def test_a_saturated_gevent_client_neither_delays_the_samples_nor_hides(tmp_path):
     """The locustfile case: start_monitor inside a gevent-patched process whose hub is then blocked."""
     out = tmp_path / "monitor.csv"
@@ -193,6 +203,7 @@ def test_a_saturated_gevent_client_neither_delays_the_samples_nor_hides(tmp_path
     assert peak_usage(df)["mean_client_cpu_pct"] > 30  # the busy client shows
 
 
+@pytest.mark.integration
 def test_only_the_first_monitor_of_a_process_gives_the_gpu_notice(tmp_path, capfd, monkeypatch):
     monkeypatch.setattr(monitors.sampler, "_started_in_this_process", False)  # as in a fresh process
     for name in ("a.csv", "b.csv"):

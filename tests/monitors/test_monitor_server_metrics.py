@@ -78,6 +78,7 @@ def metric_notices(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if "server metrics" in line]
 
 
+@pytest.mark.unit
 def test_canned_vllm_text_parses_into_the_columns():
     first, second = parse_metrics(vllm_text(1)), parse_metrics(vllm_text(2))
     assert first.server == "vllm" and (first.running, first.waiting, first.kv_cache_usage) == (3, 2, 0.25)
@@ -93,6 +94,7 @@ def test_canned_vllm_text_parses_into_the_columns():
     assert parse_metrics("# TYPE other gauge\nother 1.0\n") is None
 
 
+@pytest.mark.integration
 def test_vllm_metrics_through_the_monitor_cli(canned_vllm, tmp_path):
     out = tmp_path / "monitor.csv"
     done = monitor_cli("--out", str(out), "--metrics-url", canned_vllm, "--interval", "0.2", "--duration", "1.4")
@@ -108,6 +110,7 @@ def test_vllm_metrics_through_the_monitor_cli(canned_vllm, tmp_path):
             peaks["mean_server_prefix_cache_hit_pct"]) == (3, 2, 25, 75)
 
 
+@pytest.mark.integration
 def test_basic_server_metrics_show_the_requests_in_flight(server_factory, tmp_path):
     url = server_factory("mock", "--mock-ttft-ms", "1500", "--mock-itl-ms", "10", "--log-level", "warning")
     csv = tmp_path / "monitor.csv"
@@ -127,6 +130,7 @@ def test_basic_server_metrics_show_the_requests_in_flight(server_factory, tmp_pa
     assert peak_usage(frame)["peak_server_running"] == 4
 
 
+@pytest.mark.integration
 def test_unreachable_metrics_leave_the_columns_empty_with_one_notice(tmp_path):
     out = tmp_path / "monitor.csv"
     done = monitor_cli("--out", str(out), "--metrics-url", f"http://127.0.0.1:{free_port()}/metrics",
@@ -140,6 +144,7 @@ def test_unreachable_metrics_leave_the_columns_empty_with_one_notice(tmp_path):
     assert peak_usage(frame)["peak_server_running"] is None
 
 
+@pytest.mark.integration
 def test_a_hanging_metrics_endpoint_never_delays_the_samples(tmp_path):
     """A server that accepts connections and never answers: samples keep their 0.1 s schedule."""
     with socket.socket() as silent:
@@ -202,6 +207,7 @@ def probe_notices(url: str, seconds: float = 0.4) -> list[str]:
     (200, "text/html", b"<!doctype html>\n<html><body>\n{ a: 1 }\n</body></html>\n", "text/html"),
     (200, "application/json", b'{"detail": "metrics are elsewhere"}\n{"up": 1}\n', "application/json"),
 ])
+@pytest.mark.unit
 def test_a_server_without_prometheus_metrics_is_said_once_without_an_exception_name(page_server, status, content_type,
                                                                                     body, answered):
     url = page_server(status, content_type, body)
@@ -210,6 +216,7 @@ def test_a_server_without_prometheus_metrics_is_said_once_without_an_exception_n
     assert page_server.gets == ["/metrics"]  # the answer will not change: scraped once
 
 
+@pytest.mark.unit
 def test_probe_reads_nothing_from_a_page_without_known_metrics(page_server):
     url = page_server(200, "text/plain; version=0.0.4", b"# TYPE up gauge\nup 1.0\n")
     (notice,) = probe_notices(url)
@@ -217,6 +224,7 @@ def test_probe_reads_nothing_from_a_page_without_known_metrics(page_server):
     assert page_server.gets == ["/metrics"]
 
 
+@pytest.mark.integration
 def test_a_run_says_once_that_a_server_has_no_metrics(page_server, tmp_path, capfd, monkeypatch):
     """The runner starts one monitor per cell: the first says it, the next ones (same URL) do not repeat it."""
     monkeypatch.setattr(monitors.sampler, "_metrics_urls_seen", set())  # as in a fresh process

@@ -13,6 +13,8 @@ from llmload.core.stats import CALIBRATED, WITHIN_RUN
 from reports.compare import main
 from report_helpers import ScriptedRun, closed_loop, read_csv, run_module, searched, write_calibration
 
+pytestmark = pytest.mark.integration
+
 
 def compared(run_a, run_b, out, *options) -> list[dict]:
     proc = run_module("reports.compare", run_a, run_b, "--out", out, *options)

@@ -31,6 +31,7 @@ def two_servers(path, baseline_in_manifest: str | None = None) -> ScriptedRun:
     return run
 
 
+@pytest.mark.integration
 def test_real_run_columns_are_the_catalogue_and_the_values_summarize(pair_run, tmp_path):
     merge_run(pair_run, tmp_path)
     rows = read_csv(tmp_path / "summary.csv")
@@ -53,6 +54,7 @@ def test_real_run_columns_are_the_catalogue_and_the_values_summarize(pair_run, t
         assert column_title(column) in md
 
 
+@pytest.mark.integration
 def test_real_run_ratios_are_baseline_over_server(pair_run, tmp_path):
     merge_run(pair_run, tmp_path, calibration=write_calibration(tmp_path / "cal.json", ("mock", "vllm"), pair_run))
     rows = {(r["server"], r["mode"], r["concurrency"]): r for r in read_csv(tmp_path / "summary.csv")}
@@ -70,6 +72,7 @@ def test_real_run_ratios_are_baseline_over_server(pair_run, tmp_path):
     assert "## Ratios: vllm over each server" in md and "vllm / mock" in md
 
 
+@pytest.mark.unit
 def test_baseline_option_turns_the_ratios_around(tmp_path):
     run = two_servers(tmp_path / "run")
     assert main([str(run.path), "--baseline", "basic", "--out", str(tmp_path / "r")]) == 0
@@ -79,12 +82,14 @@ def test_baseline_option_turns_the_ratios_around(tmp_path):
     assert ttft and all(0.4 < v < 0.6 for v in ttft)
 
 
+@pytest.mark.unit
 def test_run_json_baseline_is_the_default(tmp_path):
     run = two_servers(tmp_path / "run", baseline_in_manifest="basic")
     merge_run(run.path, tmp_path / "r")
     assert {r["ratio"] for r in read_csv(tmp_path / "r" / "ratios.csv")} == {"basic / vllm"}
 
 
+@pytest.mark.integration
 def test_unknown_baseline_is_one_line_listing_the_servers(tmp_path):
     run = two_servers(tmp_path / "run")
     proc = run_module("reports.merge", run.path, "--baseline", "sglang")
@@ -94,6 +99,7 @@ def test_unknown_baseline_is_one_line_listing_the_servers(tmp_path):
 
 
 @pytest.mark.parametrize("make", ["missing", "empty"])
+@pytest.mark.integration
 def test_a_folder_that_is_not_a_run_is_one_line(tmp_path, make):
     target = tmp_path / "x"
     if make == "empty":
@@ -103,6 +109,7 @@ def test_a_folder_that_is_not_a_run_is_one_line(tmp_path, make):
     assert proc.stderr.startswith("error: ") and str(target) in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.unit
 def test_markdown_headline_columns_and_empty_ones_left_out(tmp_path):
     run = two_servers(tmp_path / "run")
     md = merge_run(run.path, tmp_path / "r").read_text()
@@ -113,6 +120,7 @@ def test_markdown_headline_columns_and_empty_ones_left_out(tmp_path):
         assert column in headline_columns() and column_title(column) not in header
 
 
+@pytest.mark.unit
 def test_plots_are_drawn_from_the_merged_rows_alone(tmp_path):
     run = two_servers(tmp_path / "run")
     report = build_report(load_run(run.path))

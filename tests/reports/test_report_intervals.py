@@ -14,6 +14,8 @@ from reports.format import number
 from reports.merge import merge_run
 from report_helpers import ScriptedRun, closed_loop, read_csv, write_calibration
 
+pytestmark = pytest.mark.unit
+
 
 def f(text: str) -> float | None:
     return None if text == "" else float(text)

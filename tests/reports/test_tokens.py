@@ -7,6 +7,8 @@ import pytest
 from reports.merge import merge_run
 from report_helpers import FakeOpenAI, read_csv, run_module, run_runner
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture(scope="module")
 def usage_run(tmp_path_factory, prompt_dir):

@@ -122,6 +122,7 @@ def compared(engines):
     return reference, observed, batched, batched.steps - steps_before
 
 
+@pytest.mark.integration
 def test_every_request_finishes_exactly_once(compared):
     _, observed, _, _ = compared
     assert sorted(observed) == sorted(c.name for c in CASES)
@@ -130,6 +131,7 @@ def test_every_request_finishes_exactly_once(compared):
         assert outcome.finish_reason in ("stop", "length"), name
 
 
+@pytest.mark.integration
 def test_outputs_equal_the_naive_engine(compared):
     reference, observed, _, _ = compared
     differ = {name: (reference[name], observed[name]) for name in reference if reference[name] != observed[name]}
@@ -140,6 +142,7 @@ def test_outputs_equal_the_naive_engine(compared):
         assert got.first_delta == want.first_delta, f"{name} differs from its first token: {want} vs {got}"
 
 
+@pytest.mark.integration
 def test_per_request_rules_hold_side_by_side_in_one_batch(compared):
     _, out, _, _ = compared
     assert out["capital"].finish_reason == "stop" and out["capital"].completion_tokens < 10
@@ -153,6 +156,7 @@ def test_per_request_rules_hold_side_by_side_in_one_batch(compared):
     assert out["long-prompt"].completion_tokens == 8
 
 
+@pytest.mark.integration
 def test_requests_were_decoded_together(compared):
     _, observed, engine, steps = compared
     tokens = sum(o.completion_tokens for o in observed.values())
@@ -161,6 +165,7 @@ def test_requests_were_decoded_together(compared):
     assert steps < tokens - len(observed)
 
 
+@pytest.mark.integration
 def test_cancelled_sequence_leaves_the_batch_at_once_and_idle_frees_memory(engines):
     _, engine = engines
 
@@ -205,6 +210,7 @@ def _prefill_cache(length: int, seed: int, layers: int = 2):
     return cache
 
 
+@pytest.mark.unit
 def test_slot_cache_rows_join_leave_and_step_without_touching_each_other():
     import torch
 
@@ -237,6 +243,7 @@ def test_slot_cache_rows_join_leave_and_step_without_touching_each_other():
     assert cache.nbytes() == 0 and cache.rows == 0
 
 
+@pytest.mark.unit
 def test_refuses_models_whose_attention_does_not_see_the_whole_context():
     from transformers import Gemma2Config, LlamaConfig, MistralConfig
 
@@ -249,6 +256,7 @@ def test_refuses_models_whose_attention_does_not_see_the_whole_context():
             check_full_attention(config, 2048)
 
 
+@pytest.mark.unit
 def test_rejects_a_batch_cap_below_one(default_model):
     from server.engines.batched import BatchedEngine
 
@@ -298,6 +306,7 @@ def health(url: str) -> dict:
     return httpx.get(url + "/health", timeout=10).json()
 
 
+@pytest.mark.integration
 def test_http_stream_equals_non_stream_in_a_shared_batch(batched_url):
     completion = {"prompt": "The three laws of robotics are", "max_tokens": 16, "temperature": 0}
     chat = {"messages": [{"role": "user", "content": "Name two rivers."}], "max_tokens": 16, "temperature": 0}
@@ -314,6 +323,7 @@ def test_http_stream_equals_non_stream_in_a_shared_batch(batched_url):
         assert streamed.usage()["completion_tokens"] == sync["usage"]["completion_tokens"]
 
 
+@pytest.mark.integration
 def test_http_no_request_lost_or_duplicated_beyond_the_batch_cap(batched_url):
     bodies = [{"prompt": f"Request {i}: the number {i} in words is", "max_tokens": 1 + i % 3,
                "temperature": 0, "ignore_eos": True} for i in range(9)]  # more than twice the cap of 4
@@ -326,6 +336,7 @@ def test_http_no_request_lost_or_duplicated_beyond_the_batch_cap(batched_url):
     assert info["prepacked_weights"] == 30 * 7 + 1  # SmolLM2-135M: 7 linear layers in each of 30 blocks, lm_head
 
 
+@pytest.mark.integration
 def test_http_client_disconnect_removes_the_sequence(batched_url):
     body = {"prompt": "Write a very long story:", "max_tokens": 1000, "ignore_eos": True, "stream": True}
     sock = open_raw_request(batched_url, "/v1/completions", body)
@@ -338,6 +349,7 @@ def test_http_client_disconnect_removes_the_sequence(batched_url):
     assert health(batched_url)["running"] == 0
 
 
+@pytest.mark.integration
 def test_http_metrics_show_the_batch(batched_url):
     """/metrics under 6 requests with a cap of 4: up to 4 run, the others wait, the KV cache fills and empties."""
     body = {"prompt": "Once upon a time", "max_tokens": 24, "ignore_eos": True, "temperature": 0}
@@ -359,6 +371,7 @@ def test_http_metrics_show_the_batch(batched_url):
         == [0, 0, 0]
 
 
+@pytest.mark.unit
 def test_cli_rejects_a_batch_cap_below_one(capsys):
     from server.__main__ import main
 

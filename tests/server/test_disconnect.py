@@ -21,6 +21,8 @@ import pytest
 
 from server_client import open_raw_request, post_ok, read_until_events, timed
 
+pytestmark = pytest.mark.integration
+
 SHORT = {"prompt": "Hello", "max_tokens": 4, "temperature": 0, "ignore_eos": True}
 LONG_PROMPT = "Tell me a very long story about a dragon."
 CHAT_PATH, COMPLETION_PATH = "/v1/chat/completions", "/v1/completions"

@@ -23,6 +23,7 @@ def slow_mock(server_factory) -> str:
                           "--log-level", "warning")
 
 
+@pytest.mark.integration
 def test_running_gauge_reads_the_requests_in_flight(slow_mock):
     auth = {"Authorization": "Bearer k"}
     idle = scrape(slow_mock)  # no API key needed, as for /health
@@ -44,6 +45,7 @@ def test_running_gauge_reads_the_requests_in_flight(slow_mock):
     assert TTFT_MS / 1000 * 0.95 <= mean <= TTFT_MS / 1000 + 2.0, mean
 
 
+@pytest.mark.integration
 def test_waiting_gauge_on_the_naive_engine(real_server):
     """Three requests at once on the one-at-a-time engine: some wait, one runs, its KV use is reported."""
     body = {"messages": [{"role": "user", "content": "Count from one to twenty."}], "max_tokens": 24,
@@ -63,6 +65,7 @@ def test_waiting_gauge_on_the_naive_engine(real_server):
     assert after["llmload:kv_cache_usage_perc"] == 0
 
 
+@pytest.mark.unit
 def test_each_app_has_its_own_registry():
     """Two apps in one process (a shared registry would refuse the second app's histogram)."""
     for name in ("a", "b"):

@@ -18,6 +18,8 @@ from server.engines.hf_model import render_plain_chat
 from server.engines.mock import MOCK_WORDS
 from server_client import MOCK_ITL_MS, MOCK_MAX_MODEL_LEN, MOCK_TTFT_MS, post_ok, response_text, stream
 
+pytestmark = pytest.mark.integration
+
 CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name three colours please"}]
 PROMPT = "Once upon a time there"
 ENDPOINTS = {

@@ -25,7 +25,7 @@ import pytest
 from server.engines.hf_model import render_plain_chat
 from server_client import StreamResult, post_ok, response_text, stream
 
-pytestmark = pytest.mark.model
+pytestmark = [pytest.mark.integration, pytest.mark.model]
 
 
 @dataclass(frozen=True)

@@ -122,6 +122,7 @@ def tiny_server(request):
     thread.join(10)
 
 
+@pytest.mark.unit
 def test_header_timeout_on_both_protocols(tiny_server):
     started = time.monotonic()
     silent, partial = connect(tiny_server), connect(tiny_server)
@@ -161,6 +162,7 @@ def server_rss_mib(server_factory) -> float:
     return psutil.Process(server_factory.processes[-1].pid).memory_info().rss / 2**20
 
 
+@pytest.mark.integration
 def test_stalled_connections_are_closed_while_requests_are_served(limited_server):
     started = time.monotonic()
     stalled = [connect(limited_server) for _ in range(20)]
@@ -177,6 +179,7 @@ def test_stalled_connections_are_closed_while_requests_are_served(limited_server
 
 
 @pytest.mark.parametrize("framing", ["content-length", "chunked"])
+@pytest.mark.integration
 def test_slow_body_gets_408_and_the_connection_closes(limited_server, framing):
     sock = connect(limited_server)
     if framing == "content-length":
@@ -195,6 +198,7 @@ def test_slow_body_gets_408_and_the_connection_closes(limited_server, framing):
     sock.close()
 
 
+@pytest.mark.integration
 def test_oversize_content_length_gets_413_before_the_body_is_sent(limited_server):
     sock = connect(limited_server)
     started = time.monotonic()
@@ -207,6 +211,7 @@ def test_oversize_content_length_gets_413_before_the_body_is_sent(limited_server
     sock.close()
 
 
+@pytest.mark.integration
 def test_oversize_chunked_body_gets_413_once_the_limit_is_passed(limited_server):
     sock = connect(limited_server)
     sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -228,6 +233,7 @@ def fifty_mb():
 
 
 @pytest.mark.parametrize("framing", ["content-length", "chunked"])
+@pytest.mark.integration
 def test_a_50_mb_body_is_refused_without_growing_the_server(limited_server, server_factory, framing):
     """A client that sends its whole 50 MB body still reads the 413 (the rest is read and dropped)."""
     post(limited_server, "/v1/completions", {"prompt": "hi", "max_tokens": 2}, timeout=10)
@@ -241,6 +247,7 @@ def test_a_50_mb_body_is_refused_without_growing_the_server(limited_server, serv
     assert post(limited_server, "/v1/completions", {"prompt": "hi", "max_tokens": 2}, timeout=10).status_code == 200
 
 
+@pytest.mark.integration
 def test_a_body_under_the_limit_is_served(limited_server):
     resp = post(limited_server, "/v1/completions", {"prompt": "hello " * 150_000, "max_tokens": 1}, timeout=30)
     assert resp.status_code == 400 and resp.json()["error"]["code"] == "context_length_exceeded", resp.text

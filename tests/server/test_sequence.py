@@ -14,7 +14,7 @@ import torch
 from server.engines.base import SamplingParams
 from server.engines.sequence import IncrementalDetokenizer, SequenceState, sample_next_token
 
-pytestmark = pytest.mark.model  # the embedded model's tokenizer
+pytestmark = [pytest.mark.unit, pytest.mark.model]  # the embedded model's tokenizer
 
 PROMPT = "Write something:"
 TEXTS = {

@@ -39,6 +39,7 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) 
         assert fragment in result.stderr, result.stderr
 
 
+@pytest.mark.integration
 def test_help_lists_every_setting():
     result = run_server_cli("--help")
     assert result.returncode == 0, result.stderr
@@ -47,6 +48,7 @@ def test_help_lists_every_setting():
         assert flag in result.stdout, flag
 
 
+@pytest.mark.integration
 def test_port_in_use_is_a_one_line_error():
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
@@ -66,6 +68,7 @@ def test_port_in_use_is_a_one_line_error():
     (["--max-num-seqs", "0"], "argument --max-num-seqs: '0' is not an integer >= 1"),
     (["--mock-itl-ms", "-1"], "argument --mock-itl-ms: '-1' is not a number >= 0"),
 ], ids=["bad-host", "port-out-of-range", "bad-engine", "bad-port", "bad-context", "bad-batch", "bad-delay"])
+@pytest.mark.integration
 def test_bad_flags_are_one_line_errors(args, fragment):
     assert_one_line_error(run_server_cli("--engine", "mock", *args), fragment)
 
@@ -75,6 +78,7 @@ def test_bad_flags_are_one_line_errors(args, fragment):
     ({"LLMLOAD_ENGINE": "bogus"}, "LLMLOAD_ENGINE='bogus': 'bogus' is not one of naive, batched, mock"),
     ({"LLMLOAD_PREPACK_WEIGHTS": "maybe"}, "LLMLOAD_PREPACK_WEIGHTS='maybe': 'maybe' is not an on/off value"),
 ], ids=["port", "engine", "switch"])
+@pytest.mark.integration
 def test_bad_environment_value_is_a_one_line_error(env, fragment):
     assert_one_line_error(run_server_cli("--help", env=env), fragment)
 
@@ -87,6 +91,7 @@ NON_DEFAULT = {"model": "some/model", "served_model_name": "x", "engine": "batch
                "mock_reasoning_tokens": "3", "mock_reasoning_field": "reasoning_content", "mock_tokens_per_chunk": "2"}
 
 
+@pytest.mark.unit
 def test_flags_and_environment_agree():
     """Each setting reads the same from its LLMLOAD_* variable and from its flag, and both default alike."""
     defaults = ServerSettings()
@@ -106,6 +111,7 @@ def test_flags_and_environment_agree():
     assert ServerSettings.from_args(build_parser(from_env).parse_args([])) == from_env
 
 
+@pytest.mark.unit
 def test_served_name_follows_the_model_store(tmp_path):
     assert ServerSettings(engine="mock").served_name() == "mock"
     assert ServerSettings().served_name() == served_model_name(None)
@@ -115,6 +121,7 @@ def test_served_name_follows_the_model_store(tmp_path):
     assert ServerSettings(model="org/hub-model", served_model_name="alias").served_name() == "alias"
 
 
+@pytest.mark.integration
 def test_model_that_cannot_load_is_a_one_line_error(tmp_path):
     empty = tmp_path / "empty-folder"
     empty.mkdir()
@@ -123,6 +130,7 @@ def test_model_that_cannot_load_is_a_one_line_error(tmp_path):
     assert_one_line_error(result, "cannot start the naive engine", str(empty), "has no config.json")
 
 
+@pytest.mark.integration
 def test_missing_model_folder_says_what_to_do(tmp_path):
     result = run_server_cli("--engine", "naive", "--port", str(free_port()), "--model", "./models/not-materialised")
     assert result.returncode == 2
@@ -130,6 +138,7 @@ def test_missing_model_folder_says_what_to_do(tmp_path):
 
 
 @pytest.mark.model
+@pytest.mark.unit
 def test_local_model_check_lets_hub_ids_through(tmp_path, default_model):
     with pytest.raises(FileNotFoundError, match="no model folder at"):
         check_local_model(str(tmp_path / "missing"))
@@ -157,12 +166,14 @@ MOCK_ENV = {"LLMLOAD_ENGINE": "mock", "LLMLOAD_SERVED_MODEL_NAME": "env-mock", "
             "LLMLOAD_MOCK_ITL_MS": "1", "LLMLOAD_MAX_MODEL_LEN": "128"}
 
 
+@pytest.mark.integration
 def test_uvicorn_route_reads_the_environment(tmp_path):
     port = free_port()
     command = [sys.executable, "-m", "uvicorn", "server.app:app", "--host", "127.0.0.1", "--port", str(port)]
     start_and_check(tmp_path, "uvicorn", command, MOCK_ENV, port)
 
 
+@pytest.mark.integration
 def test_module_flags_default_to_the_environment(tmp_path):
     port = free_port()
     command = [sys.executable, "-m", "server", "--host", "127.0.0.1", "--port", str(port)]

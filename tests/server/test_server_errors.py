@@ -15,6 +15,8 @@ import pytest
 
 from server_client import post, post_ok, response_text
 
+pytestmark = pytest.mark.integration
+
 LONG_TEXT = "hello " * 3000  # more tokens (and words) than either server's context
 USER = [{"role": "user", "content": "hi"}]
 

@@ -26,6 +26,7 @@ def error_lines(proc: subprocess.CompletedProcess) -> list[str]:
     return [line for line in proc.stderr.splitlines() if line.startswith("error:")]
 
 
+@pytest.mark.unit
 def test_cpu_command_and_environment():
     settings = VLLMSettings(model="/models/m", served_model_name="m", port=8123, max_model_len=1024,
                             dtype="float32", kv_cache_gib=2.5, max_num_seqs=16, api_key="k",
@@ -43,6 +44,7 @@ def test_cpu_command_and_environment():
     assert settings.env()["VLLM_CPU_KVCACHE_SPACE"] == "2.5"
 
 
+@pytest.mark.unit
 def test_gpu_command_shards_and_sizes_memory():
     settings = VLLMSettings(model="meta-llama/Llama-2-70b-chat-hf", tensor_parallel_size=4,
                             gpu_memory_utilization=0.85, gpu=True)
@@ -58,6 +60,7 @@ def model_folder(tmp_path):
     return str(tmp_path)
 
 
+@pytest.mark.integration
 def test_vllm_missing_is_one_line_that_says_how_to_install_it(model_folder):
     proc = run_launcher("--model", model_folder, "--port", "1",
                         prelude="import sys; sys.modules['vllm'] = None  # as if not installed")
@@ -66,6 +69,7 @@ def test_vllm_missing_is_one_line_that_says_how_to_install_it(model_folder):
                                  "vllm on GPU machines) or `pip install vllm`"]
 
 
+@pytest.mark.integration
 def test_port_in_use_is_one_line(model_folder):
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
@@ -77,6 +81,7 @@ def test_port_in_use_is_one_line(model_folder):
     assert error_lines(proc) == [f"error: port {port} is already in use: stop what runs there or choose another port"]
 
 
+@pytest.mark.integration
 def test_missing_model_folder_is_one_line():
     proc = run_launcher("--model", "./models/not-there", "--port", "1")
     assert proc.returncode == 2

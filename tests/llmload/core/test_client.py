@@ -14,6 +14,8 @@ from llmload.core.metrics import request_metrics
 from llmload.core.records import PromptRecord
 from llmload.core.services import free_port
 
+pytestmark = pytest.mark.unit
+
 RECORD = PromptRecord(id="p1", task="chat", source="test", prompt="Hi", messages=({"role": "user", "content": "Hi"},),
                       max_tokens=8, input_tokens=1)
 GAP = 0.3

@@ -9,6 +9,8 @@ from llmload.core.metrics import (SLO, LiveStats, RequestResult, column_scale, c
                                   percentile, ratio, request_metrics, summarize, summary_columns)
 from llmload.core.rawlog import read_results, write_results
 
+pytestmark = pytest.mark.unit
+
 
 def stream_result(start=1000.0, ttft=0.2, itl=0.02, tokens=10, **kw):
     offsets = [ttft + i * itl for i in range(tokens)]

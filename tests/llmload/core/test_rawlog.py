@@ -2,8 +2,12 @@
 
 import time
 
+import pytest
+
 from llmload.core.metrics import RequestResult
 from llmload.core.rawlog import RawLogWriter, iter_results, read_results
+
+pytestmark = pytest.mark.unit
 
 
 def result(i: int) -> RequestResult:

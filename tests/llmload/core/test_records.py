@@ -4,6 +4,8 @@ import pytest
 
 from llmload.core.records import PromptRecord, RecordFormatError, read_records, write_records
 
+pytestmark = pytest.mark.unit
+
 
 def record(i=0):
     return PromptRecord(id=f"qa-{i}", task="qa", source="test", prompt=f"Q{i}?",

@@ -4,6 +4,8 @@ import pytest
 
 from llmload.core.sse import SSEDecoder, SSEFormatError, format_event, iter_events
 
+pytestmark = pytest.mark.unit
+
 
 def test_events_split_on_blank_lines_and_done():
     lines = [b'data: {"a": 1}\n', b"\n", b": keep-alive\n", b"\n", b"data: [DONE]\n", b"\n"]

@@ -15,6 +15,8 @@ from llmload.core.stats import (CALIBRATED, CONFIDENCE, WINDOW_VALUES, WITHIN_RU
                                 repeat_ratio_interval, resample_counts, t_quantile, weighted_quantiles, widened,
                                 windowed_quantile)
 
+pytestmark = pytest.mark.unit
+
 DRAWS = 200  # repeated experiments per coverage check: a coverage's standard error is about 1.5 points
 RESAMPLES = 500  # per interval in these checks (the reports use 2000): a few seconds per test
 

@@ -16,6 +16,8 @@ from llmload.core.wire import (
 from llmload.core.metrics import request_metrics, RequestResult
 from llmload.core.records import PromptRecord
 
+pytestmark = pytest.mark.unit
+
 RECORD = PromptRecord(id="r1", task="chat", source="test", prompt="Tell me a story.",
                       messages=({"role": "user", "content": "Tell me a story."},), max_tokens=64, input_tokens=5)
 

@@ -7,6 +7,8 @@ import pytest
 from llmload.loadgen.budget import Block, Budget, TicketPool
 from llmload.loadgen.schedule import Schedule
 
+pytestmark = pytest.mark.unit
+
 
 def tickets(block: Block) -> list:
     return block.tickets()

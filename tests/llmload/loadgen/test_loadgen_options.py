@@ -9,6 +9,8 @@ import pytest
 from llmload.core.paths import dataset_path
 from llmload.loadgen.options import LoadSettings, SettingsError, ramp_type, slo_type, stages_type
 
+pytestmark = pytest.mark.unit
+
 
 def test_defaults_without_options():
     s = LoadSettings.from_options(None)

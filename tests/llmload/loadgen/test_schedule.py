@@ -7,6 +7,8 @@ import pytest
 
 from llmload.loadgen.schedule import Schedule
 
+pytestmark = pytest.mark.unit
+
 N = 20000
 
 

@@ -25,6 +25,7 @@ PROGRESS = re.compile(r"^\[(\d+)/(\d+)\] (\S+) (\w+) (\w+) c=(\d+): (\d+) req, (
                       r"(, TTFT p50 \d+ ms)?, [\d.]+ tok/s \(\d+s\); (about \d+ (s|min) left|done)$")
 
 
+@pytest.mark.integration
 def test_mock_matrix_end_to_end(tmp_path):
     data = make_data(tmp_path / "data", ("qa", "chat"))
     run_dir = tmp_path / "run"
@@ -74,6 +75,7 @@ def test_mock_matrix_end_to_end(tmp_path):
     assert (run_dir / "report" / "summary.md").stat().st_size > 0
 
 
+@pytest.mark.integration
 def test_a_registered_fake_kind_runs_a_cell_through_the_runner(tmp_path, capsys):
     """Adding a server kind is one TargetKind plus register(): the runner starts it like any other."""
     KINDS.pop(RenamedMock.name, None)
@@ -104,6 +106,7 @@ def test_a_registered_fake_kind_runs_a_cell_through_the_runner(tmp_path, capsys)
     assert "[2/2] twin qa stream c=2: 4 req, 0 failed" in out
 
 
+@pytest.mark.integration
 def test_server_that_fails_to_start_is_recorded_and_reported(tmp_path):
     data = make_data(tmp_path / "data")
     run_dir = tmp_path / "run"
@@ -120,6 +123,7 @@ def test_server_that_fails_to_start_is_recorded_and_reported(tmp_path):
     assert rows["gone"]["status"] == "skipped"
 
 
+@pytest.mark.integration
 def test_server_dying_mid_run_marks_the_rest_and_stop_on_error(tmp_path):
     data = make_data(tmp_path / "data")
     run_dir = tmp_path / "run"
@@ -154,6 +158,7 @@ def test_server_dying_mid_run_marks_the_rest_and_stop_on_error(tmp_path):
 
 
 @pytest.mark.model
+@pytest.mark.integration
 def test_basic_server_on_the_real_model(tmp_path, default_model):
     data = make_data(tmp_path / "data")
     run_dir = tmp_path / "run"
@@ -170,7 +175,7 @@ def test_basic_server_on_the_real_model(tmp_path, default_model):
     assert info["served_model_name"] == "SmolLM2-135M-Instruct" and info["settings"]["concurrency"] == [2]
 
 
-@pytest.mark.vllm
+@pytest.mark.e2e
 def test_one_real_vllm_cell(tmp_path, default_model):
     """The vLLM deployment on a fresh machine: launcher, one Locust run, the monitor, the merge."""
     from server.vllm_launcher import vllm_installed  # only this test needs to know

@@ -22,6 +22,7 @@ SLOW_MOCK = ("--mock-ttft-ms", "200", "--mock-itl-ms", "200")
 
 @pytest.mark.parametrize("name, group", [("SIGINT", False), ("SIGTERM", False), ("SIGINT", True),
                                          ("SIGTERM", True)], ids=["int-pid", "term-pid", "int-group", "term-group"])
+@pytest.mark.integration
 def test_a_signal_during_a_cell_stops_locust_then_the_server(tmp_path, name, group):
     signum = SIGNALS[name]
     data = make_data(tmp_path / "data")
@@ -79,6 +80,7 @@ def runs(process: psutil.Process, text: str) -> bool:
 
 
 @pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
+@pytest.mark.integration
 def test_a_signal_while_a_server_starts_stops_it_at_once(tmp_path, name):
     signum = SIGNALS[name]
     data = make_data(tmp_path / "data")
@@ -107,6 +109,7 @@ def test_a_signal_while_a_server_starts_stops_it_at_once(tmp_path, name):
     assert not (run_dir / "report").exists()
 
 
+@pytest.mark.unit
 def test_signals_are_restored_after_the_run():
     before = signal.getsignal(signal.SIGTERM)
     stop = StopSignal().install()

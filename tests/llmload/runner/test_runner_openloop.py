@@ -14,8 +14,9 @@ from llmload.runner.plan import sweep_rates
 from prompt_sets import make_data
 from runner_helpers import run_runner
 
-pytestmark = pytest.mark.skipif("--rate" not in loadgen_flags(),
-                                reason="the load generator has no --rate yet (python -m llmload.loadgen)")
+pytestmark = [pytest.mark.integration,
+              pytest.mark.skipif("--rate" not in loadgen_flags(),
+                                 reason="the load generator has no --rate yet (python -m llmload.loadgen)")]
 
 
 def base_args(tmp_path, *more: str) -> list[str]:

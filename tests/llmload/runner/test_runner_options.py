@@ -87,17 +87,20 @@ def error_of(argv: list[str], capsys) -> str:
      "6 steps x 3 looks; it takes 695 measured requests, all meeting the SLO, and a step measures at most 106 "
      "(--requests 16, doubling over --capacity-looks 3, less --warmup 2 per look): raise --requests or"),
 ])
+@pytest.mark.unit
 def test_bad_input_is_one_line_naming_the_option(argv, expected, capsys):
     line = error_of(argv, capsys)
     assert line.startswith(f"error: {expected}"), line
 
 
+@pytest.mark.unit
 def test_slo_targets_take_milliseconds_or_a_unit():
     args = parse_args(["--servers", "mock", "--slo", "ttft=500,tpot=50ms,e2e=4s,itl=0.2s", "--find-capacity"])
     assert args.slo == SLO(ttft=0.5, tpot=0.05, e2e=4.0, itl=0.2)
     assert args.slo_target == 99.0 and args.max_lag == 0.5 and args.capacity_steps == 6 and args.capacity_looks == 5
 
 
+@pytest.mark.unit
 def test_defaults_profiles_and_aliases():
     full = parse_args([])
     assert [t.name for t in full.servers] == ["basic-naive", "basic-batched", "vllm"] and full.baseline == "vllm"
@@ -118,6 +121,7 @@ def test_defaults_profiles_and_aliases():
     assert [(t.name, t.kind) for t in caching.servers] == [("mock", "mock"), ("vllm", "vllm-prefix-cache")]
 
 
+@pytest.mark.unit
 def test_options_the_load_generator_lacks_are_refused(monkeypatch, capsys):
     monkeypatch.setattr(cli, "loadgen_flags", lambda: frozenset({"--mode", "--requests"}))
     assert error_of(["--rates", "2"], capsys) == ("error: --rates needs the load generator's --rate, which "
@@ -126,6 +130,7 @@ def test_options_the_load_generator_lacks_are_refused(monkeypatch, capsys):
     assert parse_args(["--concurrency", "2"]).concurrency == [2]  # closed-loop runs need none of them
 
 
+@pytest.mark.integration
 def test_the_command_line_says_it_in_one_line(tmp_path):
     proc = run_runner("--tasks", "poetry", "--out", str(tmp_path / "x"))
     assert proc.returncode == 2 and proc.stdout == ""

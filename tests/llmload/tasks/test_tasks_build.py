@@ -45,6 +45,7 @@ def bundled_sets(default_model, tmp_path_factory):
     return {b.task: b for b in built}, notes
 
 
+@pytest.mark.unit
 def test_full_bundled_build_fits_the_context_with_the_real_tokenizer(bundled_sets, tokenizer):
     sets, notes = bundled_sets
     assert list(sets) == list(SEED_TASKS) and set(default_task_names()) < set(SEED_TASKS) and not notes
@@ -67,6 +68,7 @@ def test_full_bundled_build_fits_the_context_with_the_real_tokenizer(bundled_set
     assert all(r.prompt.endswith("\n\nSummary:") for r in summaries)
 
 
+@pytest.mark.unit
 def test_code_prompts_are_humaneval_prompts_under_an_instruction_comment(bundled_sets):
     problems = {i.id: i for i in load_bundled("code").items}
     for r in bundled_sets[0]["code"].records:
@@ -77,6 +79,7 @@ def test_code_prompts_are_humaneval_prompts_under_an_instruction_comment(bundled
             "source_id"]].reference
 
 
+@pytest.mark.unit
 def test_summary_table_of_the_built_sets(bundled_sets):
     sets, _ = bundled_sets
     summaries = [b.summary for b in sets.values()]
@@ -94,6 +97,7 @@ def test_summary_table_of_the_built_sets(bundled_sets):
         assert float(cells[4]) == summary.input_median and cells[6] == summary.max_tokens
 
 
+@pytest.mark.unit
 def test_same_seed_gives_identical_files_and_a_smaller_num_a_prefix(default_model, tmp_path):
     options = dict(tasks="chat,summarization,qa,code", source="bundled", model=default_model, progress=False)
     first = build_datasets(num=10, seed=7, out_dir=tmp_path / "a", **options)
@@ -106,6 +110,7 @@ def test_same_seed_gives_identical_files_and_a_smaller_num_a_prefix(default_mode
         assert [r.id for r in fewer.records] == [r.id for r in built.records[:4]]
 
 
+@pytest.mark.unit
 def test_summarization_texts_are_cut_to_fit_a_small_context(default_model, tmp_path, tokenizer):
     built, = build_datasets("summarization", source="bundled", model=default_model, num=6, max_model_len=600,
                             max_tokens={"summarization": 100}, out_dir=tmp_path, progress=False)
@@ -119,6 +124,7 @@ def test_summarization_texts_are_cut_to_fit_a_small_context(default_model, tmp_p
         assert max(r.input_tokens, r.metadata["chat_input_tokens"]) >= 600 - 100 - 12  # cut close to the limit
 
 
+@pytest.mark.unit
 def test_too_few_usable_prompts_warns_and_writes_the_smaller_set(default_model, tmp_path):
     notes: list[str] = []
     built, = build_datasets("qa", source="bundled", model=default_model, num=1000, out_dir=tmp_path,
@@ -127,6 +133,7 @@ def test_too_few_usable_prompts_warns_and_writes_the_smaller_set(default_model, 
     assert len(notes) == 1 and notes[0].startswith(f"warning: qa: only {len(built.records)} usable prompts")
 
 
+@pytest.mark.unit
 def test_no_usable_prompt_is_an_error_and_writes_nothing(default_model, tmp_path):
     with pytest.raises(DatasetError, match=r"qa: none of the \d+ items of sharegpt is usable .*raise --max-model-len"):
         build_datasets("qa", source="bundled", model=default_model, num=5, max_model_len=40, out_dir=tmp_path,
@@ -134,6 +141,7 @@ def test_no_usable_prompt_is_an_error_and_writes_nothing(default_model, tmp_path
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.unit
 def test_bad_settings_are_clear_errors(default_model, tmp_path):
     with pytest.raises(DatasetError, match="unknown task.*poetry: choose from chat, summarization, qa, code"):
         build.parse_tasks("chat,poetry")
@@ -145,6 +153,7 @@ def test_bad_settings_are_clear_errors(default_model, tmp_path):
     assert {t: default_budgets()[t] for t in SEED_TASKS} == DEFAULT_MAX_TOKENS
 
 
+@pytest.mark.unit
 def test_ensure_datasets_builds_missing_sets_and_keeps_usable_ones(default_model, tmp_path):
     options = dict(source="bundled", progress=False, num=5)
     paths = ensure_datasets(["code", "qa"], data_dir=tmp_path, model=default_model, **options)
@@ -173,6 +182,7 @@ def test_ensure_datasets_builds_missing_sets_and_keeps_usable_ones(default_model
     assert kept.kept
 
 
+@pytest.mark.unit
 def test_hf_source_builds_all_four_tasks_from_local_copies(default_model, tmp_path, hf_copies, hf_cache, tokenizer):
     built = build_datasets(SEED_TASKS, source="hf", data_files={t: str(p) for t, p in hf_copies.items()}, num=3,
                            model=default_model, max_model_len=1024, out_dir=tmp_path, progress=False,
@@ -194,6 +204,7 @@ def test_hf_source_builds_all_four_tasks_from_local_copies(default_model, tmp_pa
     assert all(r.metadata["source_id"].startswith("HumanEval/") for r in sets["code"])
 
 
+@pytest.mark.unit
 def test_render_gives_both_api_forms():
     prompt, messages = render("qa", "Who wrote Hamlet?")
     assert prompt == f"{get_task('qa').template.instruction}\n\nQuestion: Who wrote Hamlet?\nAnswer:"
@@ -205,6 +216,7 @@ def test_render_gives_both_api_forms():
 
 
 @pytest.mark.model
+@pytest.mark.integration
 def test_the_real_server_counts_the_same_input_tokens(bundled_sets, real_server):
     """The server's own usage.prompt_tokens equals input_tokens (completion) and chat_input_tokens (chat)."""
     import urllib.request

@@ -32,6 +32,7 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str):
     return lines[0]
 
 
+@pytest.mark.integration
 def test_help_lists_every_option(tmp_path):
     result = prepare("--help", tmp_path=tmp_path)
     assert result.returncode == 0
@@ -43,6 +44,7 @@ def test_help_lists_every_option(tmp_path):
         assert line in result.stdout
 
 
+@pytest.mark.integration
 def test_generated_tasks_build_keep_and_rebuild_on_their_options(tmp_path, default_model):
     out = tmp_path / "sets"
     args = ("--tasks", "synthetic,prefix,conversation", "--num", "4", "--input-len", "64", "--prefix-len", "64",
@@ -61,6 +63,7 @@ def test_generated_tasks_build_keep_and_rebuild_on_their_options(tmp_path, defau
     assert {r.input_tokens for r in read_records(out / "synthetic.jsonl")} == {65}
 
 
+@pytest.mark.integration
 def test_build_both_sources_then_keep(tmp_path, default_model, hf_copies):
     out = tmp_path / "sets"
     args = ("--tasks", "chat,qa,code", "--num", "3", "--max-tokens", "qa=16", "code=64",
@@ -95,10 +98,12 @@ def test_build_both_sources_then_keep(tmp_path, default_model, hf_copies):
     (("--num", "0"), ("argument --num: '0' is not an integer >= 1",)),
     (("--source", "web"), ("argument --source: invalid choice: 'web'",)),
 ])
+@pytest.mark.integration
 def test_bad_arguments_are_one_line_errors(tmp_path, default_model, args, fragments):
     assert_one_line_error(prepare(*args, tmp_path=tmp_path, timeout=120), *fragments)
 
 
+@pytest.mark.integration
 def test_malformed_local_copy_is_a_one_line_error(tmp_path, default_model):
     broken = write_jsonl(tmp_path / "trivia.jsonl", [{"question": "Q?", "answer": {"value": "A"}}])
     with broken.open("a") as handle:
@@ -110,6 +115,7 @@ def test_malformed_local_copy_is_a_one_line_error(tmp_path, default_model):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.unit
 def test_unloadable_tokenizer_and_unwritable_output_are_one_line_errors(tmp_path, default_model, capsys):
     assert cli.main(["--source", "bundled", "--tasks", "code", "--model", str(tmp_path / "no-model")]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -11,6 +11,8 @@ from llmload.core.records import read_records
 from llmload.tasks import build_datasets, cli, get_task
 from llmload.tasks.generated import PREFIX_HEAD
 
+pytestmark = pytest.mark.unit
+
 
 def ids(tokenizer, text: str, special: bool = True) -> list[int]:
     return tokenizer(text, add_special_tokens=special)["input_ids"]

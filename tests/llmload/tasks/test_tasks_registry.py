@@ -51,6 +51,7 @@ def haiku(tmp_path):
     unregister("haiku")
 
 
+@pytest.mark.unit
 def test_the_suite_declares_seven_tasks_three_in_the_default_matrix():
     assert task_names() == ("chat", "summarization", "qa", "code", "synthetic", "prefix", "conversation")
     assert default_task_names() == ("chat", "qa", "code")  # summarization is too slow for the default matrix
@@ -66,6 +67,7 @@ def test_the_suite_declares_seven_tasks_three_in_the_default_matrix():
         assert f'task_name = "{name}"' in source and len(source.splitlines()) <= 12
 
 
+@pytest.mark.unit
 def test_unknown_task_is_one_line_listing_the_known_ones():
     with pytest.raises(DatasetError) as caught:
         get_task("poetry")
@@ -73,6 +75,7 @@ def test_unknown_task_is_one_line_listing_the_known_ones():
                                  "prefix, conversation")
 
 
+@pytest.mark.unit
 def test_declarations_that_cannot_work_are_refused(tmp_path):
     template = TaskTemplate("", "{text}", "{text}")
     source = LocalFile(tmp_path / "x.jsonl")
@@ -87,6 +90,7 @@ def test_declarations_that_cannot_work_are_refused(tmp_path):
     assert "neither" not in task_names() and "empty" not in task_names()
 
 
+@pytest.mark.unit
 def test_a_registered_task_reaches_every_lookup_and_the_command_line(haiku, tmp_path):
     assert get_task("haiku") is haiku and task_names()[-1] == "haiku" and "haiku" not in default_task_names()
     assert build.parse_tasks("haiku,qa") == ["haiku", "qa"] and default_budgets()["haiku"] == 24
@@ -98,6 +102,7 @@ def test_a_registered_task_reaches_every_lookup_and_the_command_line(haiku, tmp_
         parser.parse_args(["--data-files", "haiku=x.jsonl"])  # no hub dataset
 
 
+@pytest.mark.integration
 def test_throwaway_task_goes_through_the_build_and_a_real_locust_run(haiku, tmp_path, tokenizer, default_model,
                                                                      server_factory):
     built, = build_datasets("haiku", model=default_model, out_dir=tmp_path / "sets", progress=False)
@@ -139,6 +144,7 @@ def test_throwaway_task_goes_through_the_build_and_a_real_locust_run(haiku, tmp_
     assert "haiku" in (run_dir / "report" / "summary.md").read_text()
 
 
+@pytest.mark.unit
 def test_local_file_sources(tmp_path):
     array = tmp_path / "rows.json"
     array.write_text(json.dumps([{"text": "first"}, {"text": "  "}, {"text": "third", "lang": "en"}]))

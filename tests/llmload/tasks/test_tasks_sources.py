@@ -17,6 +17,8 @@ from llmload.tasks.sources import iter_json_array
 
 from prompt_copies import write_jsonl
 
+pytestmark = pytest.mark.unit
+
 # ------------------------------------------------------------------ streaming JSON array (ijson)
 
 BACKENDS = ("yajl2_c", "python")
