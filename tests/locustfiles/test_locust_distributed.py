@@ -27,7 +27,7 @@ from llmload.core.rawlog import read_results
 from llmload.core.paths import REPO_ROOT
 from llmload.core.services import free_port
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.serial]  # timing bounds of a few ms
 
 REQUESTS = 37  # not a multiple of the users: the budget must stop at exactly this many
 

@@ -22,7 +22,7 @@ from locust_helpers import output, read_failures, read_stats, run_locust, write_
 from llmload.core.metrics import request_metrics, summarize
 from llmload.core.rawlog import read_results
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.serial]  # timing bounds of a few ms
 
 TOKENS = 8  # on the fast mock (TTFT 50 ms, 5 ms per token): 85 ms per request
 

@@ -40,6 +40,7 @@ def get(url: str) -> bytes:
 
 
 @pytest.mark.integration
+@pytest.mark.serial
 def test_llm_metrics_tab_shows_live_exact_figures(mock_server, tmp_path):
     url, _ = mock_server
     prompts = write_prompts(tmp_path / "chat.jsonl")
@@ -187,6 +188,7 @@ def poll_costs(board: LiveBoard) -> dict[str, float]:
 
 
 @pytest.mark.unit
+@pytest.mark.serial
 def test_polls_cost_the_same_at_1k_and_100k_results():
     small, large = poll_costs(fed_board(1_000)), poll_costs(fed_board(100_000))
     for name in small:
@@ -291,6 +293,7 @@ def html_report_run(mock_server, tmp_path) -> Path:
 
 
 @pytest.mark.integration
+@pytest.mark.serial
 def test_html_report_has_the_llm_table_and_charts(mock_server, tmp_path):
     page = html_report_run(mock_server, tmp_path).read_text(encoding="utf-8")
     assert '"requests_statistics"' in page and "window.templateArgs" in page  # Locust's own report is intact

@@ -27,6 +27,7 @@ def monitor_cli(*args: str, env: dict | None = None, timeout: float = 30) -> sub
                           env={**os.environ, **(env or {})}, timeout=timeout)
 
 
+@pytest.mark.serial
 def test_duration_run(memory_tree, tmp_path):
     out = tmp_path / "monitor.csv"
     done = monitor_cli("--out", str(out), "--server-pid", str(memory_tree.pid), "--interval", "0.25",

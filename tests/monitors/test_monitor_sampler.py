@@ -53,6 +53,7 @@ def test_tree_cpu_counts_a_spinning_grandchild(process_tree):
 
 
 @pytest.mark.integration
+@pytest.mark.serial
 def test_start_monitor_writes_flushed_rows_on_schedule(memory_tree, tmp_path, capfd, monkeypatch):
     monkeypatch.setattr(monitors.sampler, "_started_in_this_process", False)  # as in a fresh process
     out = tmp_path / "cell_monitor.csv"
@@ -182,6 +183,7 @@ def test_bad_interval_is_refused(tmp_path):
 
 
 @pytest.mark.integration
+@pytest.mark.serial
 def test_a_saturated_gevent_client_neither_delays_the_samples_nor_hides(tmp_path):
     """The locustfile case: start_monitor inside a gevent-patched process whose hub is then blocked."""
     out = tmp_path / "monitor.csv"

@@ -95,6 +95,7 @@ def test_canned_vllm_text_parses_into_the_columns():
 
 
 @pytest.mark.integration
+@pytest.mark.serial
 def test_vllm_metrics_through_the_monitor_cli(canned_vllm, tmp_path):
     out = tmp_path / "monitor.csv"
     done = monitor_cli("--out", str(out), "--metrics-url", canned_vllm, "--interval", "0.2", "--duration", "1.4")
@@ -131,6 +132,7 @@ def test_basic_server_metrics_show_the_requests_in_flight(server_factory, tmp_pa
 
 
 @pytest.mark.integration
+@pytest.mark.serial
 def test_unreachable_metrics_leave_the_columns_empty_with_one_notice(tmp_path):
     out = tmp_path / "monitor.csv"
     done = monitor_cli("--out", str(out), "--metrics-url", f"http://127.0.0.1:{free_port()}/metrics",
@@ -145,6 +147,7 @@ def test_unreachable_metrics_leave_the_columns_empty_with_one_notice(tmp_path):
 
 
 @pytest.mark.integration
+@pytest.mark.serial
 def test_a_hanging_metrics_endpoint_never_delays_the_samples(tmp_path):
     """A server that accepts connections and never answers: samples keep their 0.1 s schedule."""
     with socket.socket() as silent:

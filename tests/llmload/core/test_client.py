@@ -34,6 +34,7 @@ def make_client(url, api="chat", mode="stream", timeout=5.0):
     return LLMClient(transport, GenerationParams(api=api, mode=mode, max_tokens=8), "chat", timeout=timeout)
 
 
+@pytest.mark.serial
 def test_small_events_are_timed_on_arrival_not_after_a_buffer_fills(server):
     # Each event is ~80 bytes, 0.3 s apart: a 1 KiB read buffer would hold them all back to the end.
     client = make_client(server.url)

@@ -14,7 +14,7 @@ from llmload.runner.plan import sweep_rates
 from prompt_sets import make_data
 from runner_helpers import run_runner
 
-pytestmark = [pytest.mark.integration,
+pytestmark = [pytest.mark.integration, pytest.mark.serial,  # the schedule's gaps and lag, the capacity
               pytest.mark.skipif("--rate" not in loadgen_flags(),
                                  reason="the load generator has no --rate yet (python -m llmload.loadgen)")]
 

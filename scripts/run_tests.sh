@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Run the tests in two parts: first every test that is not timing-sensitive on pytest-xdist workers, then the
+# `serial` ones (wall-clock bounds of a few ms) alone in one process. See docs/testing.md.
+#
+#   scripts/run_tests.sh [MARK_EXPRESSION] [PYTEST_ARGS...]     # e.g. scripts/run_tests.sh "unit or integration" -q
+#   LLMLOAD_TEST_WORKERS=0 scripts/run_tests.sh                 # everything in one process, in collection order
+#
+# The exit status is the worse of the two parts' (a part that selects no test counts as passed).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=${VENV:-.venv}/bin/python
+SELECT=${1:-}
+shift || true
+WORKERS=${LLMLOAD_TEST_WORKERS:-2}
+if [ "$WORKERS" = 0 ]; then
+  exec "$PY" -m pytest ${SELECT:+-m "$SELECT"} "$@"
+fi
+both() { if [ -n "$SELECT" ]; then echo "($SELECT) and $1"; else echo "$1"; fi; }
+status() { if [ "$1" = 5 ]; then echo 0; else echo "$1"; fi; }  # 5: no test selected
+"$PY" -m pytest -m "$(both 'not serial')" -n "$WORKERS" "$@"
+parallel=$(status $?)
+echo "==> the timing-sensitive tests, alone" >&2
+"$PY" -m pytest -m "$(both serial)" -p no:xdist "$@"
+serial=$(status $?)
+exit $(( parallel > serial ? parallel : serial ))
