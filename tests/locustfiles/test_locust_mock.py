@@ -38,7 +38,7 @@ from locust_helpers import ITL_MS, TTFT_MS, output, read_stats, run_locust, writ
 from llmload.core.metrics import summarize
 from llmload.core.rawlog import read_results
 
-pytestmark = [pytest.mark.integration, pytest.mark.serial]  # timing bounds of a few ms
+pytestmark = [pytest.mark.integration, pytest.mark.serial]  # TTFT/TPOT within a few ms of the truth
 
 TOKENS = 10
 MEDIAN_ERROR_MS = 10.0

@@ -22,7 +22,7 @@ from locust_helpers import output, read_failures, read_stats, run_locust, write_
 from llmload.core.metrics import request_metrics, summarize
 from llmload.core.rawlog import read_results
 
-pytestmark = [pytest.mark.integration, pytest.mark.serial]  # timing bounds of a few ms
+pytestmark = pytest.mark.integration
 
 TOKENS = 8  # on the fast mock (TTFT 50 ms, 5 ms per token): 85 ms per request
 
@@ -37,6 +37,7 @@ def open_loop(url, tmp_path, name, *args, users=16, timeout=90):
     return proc, prefix, read_results(f"{prefix}_requests.jsonl")
 
 
+@pytest.mark.serial  # dispatch lag and gaps within a few ms
 def test_constant_arrivals_keep_their_schedule_and_rate(fast_mock, tmp_path):
     rate, count = 50.0, 300
     proc, prefix, results = open_loop(fast_mock, tmp_path, "constant", "--rate", str(rate), "--arrival", "constant",
@@ -57,6 +58,7 @@ def test_constant_arrivals_keep_their_schedule_and_rate(fast_mock, tmp_path):
     assert ("METRIC", "chat dispatch lag") in read_stats(prefix)
 
 
+@pytest.mark.serial  # dispatch lag and gaps within a few ms
 def test_poisson_arrivals_have_the_spread_of_a_poisson_process(fast_mock, tmp_path):
     proc, _, results = open_loop(fast_mock, tmp_path, "poisson", "--rate", "40", "--requests", "400", "--seed", "3")
     gaps = np.diff(np.sort([r.intended_start for r in results]))
