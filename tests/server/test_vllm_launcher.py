@@ -1,6 +1,6 @@
 """The vLLM launcher: the command and environment it builds, and the one-line errors a newcomer can hit.
 
-Starting vLLM for real is covered by the runner's vLLM cell (tests/llmload/test_runner.py).
+Starting vLLM for real is covered by the runner's vLLM cell (tests/llmload/runner/test_runner_vllm.py).
 """
 
 from __future__ import annotations

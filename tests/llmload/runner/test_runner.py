@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import json
 import re
 import threading
@@ -173,38 +172,6 @@ def test_basic_server_on_the_real_model(tmp_path, default_model):
     assert [r.output_tokens for r in raw] == [8, 8]
     info = json.loads((run_dir / "run.json").read_text())
     assert info["served_model_name"] == "SmolLM2-135M-Instruct" and info["settings"]["concurrency"] == [2]
-
-
-@pytest.mark.e2e
-def test_one_real_vllm_cell(tmp_path, default_model):
-    """The vLLM deployment on a fresh machine: launcher, one Locust run, the monitor, the merge."""
-    from server.vllm_launcher import vllm_installed  # only this test needs to know
-
-    if not vllm_installed():
-        pytest.skip("vLLM is not installed (LLMLOAD_VLLM=none)")
-    data = make_data(tmp_path / "data")
-    run_dir = tmp_path / "run"
-    proc = run_runner("--servers", "vllm", "--tasks", "qa", "--modes", "stream", "--concurrency", "2",
-                      "--requests", "8", "--max-tokens", "32", "--data-dir", str(data), "--out", str(run_dir),
-                      "--vllm-timeout", "900", timeout=1200)  # a few seconds of load: the monitor samples it
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    (row,) = read_summary(run_dir)
-    assert row["status"] == "ok", row
-    assert int(row["requests"]) == 8 and int(row["failures"]) == 0
-    assert float(row["ttft_p50"]) > 0
-    assert float(row["peak_server_rss_mib"]) > 200  # engine subprocess included
-    raw = read_results(run_dir / "vllm" / "qa_stream_c2_requests.jsonl")
-    assert all(r.output_tokens == 32 and r.output_tokens_source == "usage" for r in raw)
-    # the cells repeat their prompts and the basic server has no prefix cache: vLLM runs without one too
-    assert "enable_prefix_caching=False" in (run_dir / "vllm" / "server.log").read_text()
-    assert json.loads((run_dir / "run.json").read_text())["baseline"] == "vllm"
-    # the monitor read vLLM's own /metrics beside its resources: requests running, KV cache in use
-    with open(run_dir / "vllm" / "qa_stream_c2_monitor.csv", newline="") as handle:
-        samples = list(csv.DictReader(handle))
-    assert any(row["server_running"] and float(row["server_running"]) >= 1 for row in samples), samples[:3]
-    assert all(row["server_waiting"] != "" for row in samples if row["server_running"])
-    assert any(row["server_kv_cache_pct"] and float(row["server_kv_cache_pct"]) > 0 for row in samples)
-
 
 
 def test_target_ci_repeats_each_level_until_its_headline_intervals_are_narrow(tmp_path):

@@ -1,0 +1,44 @@
+"""One runner cell on a real vLLM server (the e2e tier): its own file, so that pytest-xdist starts it first, alone."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from llmload.core.rawlog import read_results
+from prompt_sets import make_data
+from runner_helpers import read_summary, run_runner
+
+pytestmark = pytest.mark.e2e
+
+
+def test_one_real_vllm_cell(tmp_path, default_model):
+    """The vLLM deployment on a fresh machine: launcher, one Locust run, the monitor, the merge."""
+    from server.vllm_launcher import vllm_installed  # only this test needs to know
+
+    if not vllm_installed():
+        pytest.skip("vLLM is not installed (LLMLOAD_VLLM=none)")
+    data = make_data(tmp_path / "data")
+    run_dir = tmp_path / "run"
+    proc = run_runner("--servers", "vllm", "--tasks", "qa", "--modes", "stream", "--concurrency", "2",
+                      "--requests", "8", "--max-tokens", "32", "--data-dir", str(data), "--out", str(run_dir),
+                      "--vllm-timeout", "900", timeout=1200)  # a few seconds of load: the monitor samples it
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (row,) = read_summary(run_dir)
+    assert row["status"] == "ok", row
+    assert int(row["requests"]) == 8 and int(row["failures"]) == 0
+    assert float(row["ttft_p50"]) > 0
+    assert float(row["peak_server_rss_mib"]) > 200  # engine subprocess included
+    raw = read_results(run_dir / "vllm" / "qa_stream_c2_requests.jsonl")
+    assert all(r.output_tokens == 32 and r.output_tokens_source == "usage" for r in raw)
+    # the cells repeat their prompts and the basic server has no prefix cache: vLLM runs without one too
+    assert "enable_prefix_caching=False" in (run_dir / "vllm" / "server.log").read_text()
+    assert json.loads((run_dir / "run.json").read_text())["baseline"] == "vllm"
+    # the monitor read vLLM's own /metrics beside its resources: requests running, KV cache in use
+    with open(run_dir / "vllm" / "qa_stream_c2_monitor.csv", newline="") as handle:
+        samples = list(csv.DictReader(handle))
+    assert any(row["server_running"] and float(row["server_running"]) >= 1 for row in samples), samples[:3]
+    assert all(row["server_waiting"] != "" for row in samples if row["server_running"])
+    assert any(row["server_kv_cache_pct"] and float(row["server_kv_cache_pct"]) > 0 for row in samples)
