@@ -209,7 +209,7 @@ def probe_notices(url: str, seconds: float = 0.4) -> list[str]:
     (404, "application/json", b'{"detail":"Not Found"}', "HTTP 404"),
     (200, "text/html", b"<!doctype html>\n<html><body>\n{ a: 1 }\n</body></html>\n", "text/html"),
     (200, "application/json", b'{"detail": "metrics are elsewhere"}\n{"up": 1}\n', "application/json"),
-])
+], ids=["404", "html", "json"])
 @pytest.mark.unit
 def test_a_server_without_prometheus_metrics_is_said_once_without_an_exception_name(page_server, status, content_type,
                                                                                     body, answered):
