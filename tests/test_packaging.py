@@ -43,6 +43,7 @@ def requirement(line: str) -> tuple[str, str]:
     return normalise(name), spec.replace(" ", "")
 
 
+@pytest.mark.unit
 def test_pyproject_declares_what_requirements_txt_tests():
     """Every dependency of the package and its extras is in requirements.txt with the same lower bound."""
     project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
@@ -115,6 +116,7 @@ def installed(tmp_path_factory):
     return venv / "bin", env, timings
 
 
+@pytest.mark.integration
 def test_the_installed_command_runs_a_mock_cell(installed, tmp_path):
     bin_dir, env, timings = installed
     work = tmp_path / "work"  # the current folder of every command: the checkout is nowhere on the path

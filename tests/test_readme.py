@@ -32,6 +32,7 @@ def test_the_readme_names_commands():
     assert {"run", "report", "compare", "prepare", "serve", "locust", "locustfile"} <= set(LLMLOAD_COMMANDS)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("command", LLMLOAD_COMMANDS)
 def test_llmload_commands_exist_and_answer_help(command):
     proc = subprocess.run([sys.executable, "-m", "llmload", command, "--help"], cwd=REPO, capture_output=True,

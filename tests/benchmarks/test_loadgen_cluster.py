@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from benchmarks.loadgen_cluster import Run, cost, main
 
 
+@pytest.mark.integration
 def test_master_cost_and_throughput_end_to_end(tmp_path, capsys):
     out = tmp_path / "bench"
     # HEAD as the baseline: the archive-and-run path without depending on how much history a clone has
@@ -27,6 +30,7 @@ def test_master_cost_and_throughput_end_to_end(tmp_path, capsys):
     assert "workers per master core" in printed.out
 
 
+@pytest.mark.unit
 def test_the_cost_per_request_is_the_slope_between_two_runs_after_start_up():
     small = Run("after", 1, 1000, master_cpu_s=1.0, workers_cpu_s=2.0, master_startup_cpu_s=0.8,
                 workers_startup_cpu_s=0.9)

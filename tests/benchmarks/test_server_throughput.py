@@ -46,6 +46,7 @@ def test_closed_loop_records_every_request_once_with_its_timings(mock_url):
     assert summary.duration_s < 7 * 0.08
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("api", ["responses", "completion"])
 def test_every_api_is_benchmarked_alike(mock_url, api):
     results = run_level(mock_url, Workload(PROMPTS, output_tokens=6, model="mock", api=api), 2, 4, timeout=30)
@@ -54,6 +55,7 @@ def test_every_api_is_benchmarked_alike(mock_url, api):
     assert 0.04 <= summarize(results).get("ttft", "p50") < 0.5
 
 
+@pytest.mark.integration
 def test_a_refused_request_comes_back_as_a_failed_result(mock_url):
     (result,) = run_level(mock_url, Workload(PROMPTS, output_tokens=6, model="no-such-model"), 1, 1, timeout=30)
     assert not result.success and result.status_code == 404 and "does not exist" in result.error
@@ -61,6 +63,7 @@ def test_a_refused_request_comes_back_as_a_failed_result(mock_url):
     assert not gone.success and "connection refused" in gone.error
 
 
+@pytest.mark.integration
 def test_table_ratios_are_baseline_over_server(mock_url):
     workload = Workload(PROMPTS, output_tokens=4, model="mock")
     summary = summarize(run_level(mock_url, workload, concurrency=2, requests=2, timeout=30))
@@ -88,6 +91,7 @@ def test_table_ratios_are_baseline_over_server(mock_url):
     (["--output-tokens", "0"], "argument --output-tokens: '0' is not an integer >= 1"),
     (["--threads", "-1"], "argument --threads: '-1' is not an integer >= 0"),
 ])
+@pytest.mark.unit
 def test_cli_rejects_bad_settings_in_one_line(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(argv)
@@ -97,11 +101,13 @@ def test_cli_rejects_bad_settings_in_one_line(argv, message, capsys):
     assert len(err.splitlines()) == 1
 
 
+@pytest.mark.unit
 def test_cli_reports_an_unreadable_prompt_file(tmp_path, capsys):
     assert main(["--prompts", str(tmp_path / "missing.jsonl")]) == 2
     assert "cannot read prompts" in capsys.readouterr().err
 
 
+@pytest.mark.integration
 def test_two_mock_servers_from_the_registry_end_to_end(tmp_path, capsys):
     """Servers come from the target registry by name; the baseline is an option, not a literal."""
     out = tmp_path / "bench"
@@ -121,6 +127,7 @@ def test_two_mock_servers_from_the_registry_end_to_end(tmp_path, capsys):
     assert "twin / server" in printed.out
 
 
+@pytest.mark.integration
 @pytest.mark.model
 def test_batched_server_end_to_end_with_its_memory(tmp_path, capsys, default_model):
     out = tmp_path / "bench"
@@ -139,6 +146,7 @@ def test_batched_server_end_to_end_with_its_memory(tmp_path, capsys, default_mod
     assert "basic-batched" in printed.out and "RSS MiB" in printed.out
 
 
+@pytest.mark.unit
 def test_every_request_is_unique_and_asks_for_a_fixed_length():
     workload = Workload(PROMPTS, output_tokens=5, model="m")
     records = [workload.record(i) for i in range(4)]

@@ -5,9 +5,12 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from llmload.core.paths import REPO_ROOT
 
 
+@pytest.mark.integration
 def test_benchmark_prints_each_scenario():
     proc = subprocess.run([sys.executable, "-m", "benchmarks.steady_window", "--seeds", "2"], cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=120)

@@ -20,6 +20,7 @@ pytestmark = [
 ]
 
 
+@pytest.mark.e2e
 def test_the_benchmark_measures_both_ways(capsys):
     assert main(["--points", "30", "--loads", "1", "--polls", "2"]) == 0
     out = capsys.readouterr().out
@@ -32,6 +33,7 @@ def test_the_benchmark_measures_both_ways(capsys):
     assert float(rows["script bytes (gzip)"][2].strip().rstrip("x")) > 10  # the library is the bulk
 
 
+@pytest.mark.integration
 def test_a_revision_without_the_script_is_one_line(capsys):
     assert main(["--svg", ECHARTS_REVISION, "--points", "30"]) == 2
     err = capsys.readouterr().err

@@ -71,6 +71,7 @@ def compose_validator():
     return cls(schema, format_checker=cls.FORMAT_CHECKER)
 
 
+@pytest.mark.unit
 def test_compose_file_matches_the_compose_spec():
     validator = compose_validator()
     errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(compose())]
@@ -81,6 +82,7 @@ def test_compose_file_matches_the_compose_spec():
     assert len(list(validator.iter_errors(broken))) >= 2  # the schema does reject what Compose would
 
 
+@pytest.mark.unit
 def test_compose_runs_a_master_and_its_workers():
     services = compose()["services"]
     master, worker = services["master"]["command"], services["worker"]["command"]
@@ -103,6 +105,7 @@ def kubernetes_version() -> str:
     return kubernetes_validate.latest_version()
 
 
+@pytest.mark.unit
 def test_kubernetes_manifests_match_kubernetes_schemas(kubernetes_version):
     import kubernetes_validate
 
@@ -120,6 +123,7 @@ def test_kubernetes_manifests_match_kubernetes_schemas(kubernetes_version):
         kubernetes_validate.validate(broken, kubernetes_version, strict=True)
 
 
+@pytest.mark.unit
 def test_kubernetes_manifests_fit_together():
     master, workers = by_kind("Deployment", "llmload-master"), by_kind("Deployment", "llmload-worker")
     service, config = by_kind("Service", "llmload-master"), by_kind("ConfigMap", "llmload-config")
@@ -137,6 +141,7 @@ def test_kubernetes_manifests_fit_together():
     assert {p["targetPort"] for p in service["spec"]["ports"]} == ports == {"web", "workers"}
 
 
+@pytest.mark.unit
 def test_configmap_holds_the_master_options_and_a_prompt_set(tmp_path):
     data = by_kind("ConfigMap", "llmload-config")["data"]
     assert data["locust.conf"] == (DEPLOY / "locust.conf").read_text()
@@ -179,6 +184,7 @@ print('\\n'.join(sorted({m.split('.')[0] for m in sys.modules})))
 """
 
 
+@pytest.mark.integration
 def test_the_image_installs_what_the_load_generator_imports():
     """The Dockerfile installs a named part of requirements.txt: every package the locustfiles, the web UI and
     the mock server import must come with it."""
@@ -201,6 +207,7 @@ def test_the_image_installs_what_the_load_generator_imports():
 # ---------------------------------------------------------------------- the commands, on loopback
 
 
+@pytest.mark.integration
 def test_the_deploy_commands_run_a_distributed_test(server_factory, tmp_path):
     """Compose's master and worker command lines, the shipped locust.conf and the ConfigMap's prompts, as
     processes here: /etc/llmload and /results become folders of the test, the mock server the target,

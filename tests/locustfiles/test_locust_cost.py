@@ -8,6 +8,8 @@ import pytest
 
 from locust_helpers import output, run_locust, write_prompts
 
+pytestmark = pytest.mark.integration
+
 
 def test_the_summary_prices_the_measured_throughput(fast_mock, tmp_path):
     prompts = write_prompts(tmp_path / "chat.jsonl")

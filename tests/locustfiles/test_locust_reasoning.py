@@ -38,6 +38,8 @@ from llmload.core.services import free_port
 from llmload.targets.basic import basic_server_command
 from server.engines.mock import MOCK_REASONING_WORDS, MOCK_WORDS
 
+pytestmark = pytest.mark.integration
+
 FAULT_SERVER = Path(__file__).resolve().parents[1] / "llmload" / "core" / "fault_server.py"
 REASONING, ANSWER, TTFT_MS, ITL_MS = 20, 10, 100.0, 20.0
 TTFO_MS = TTFT_MS + REASONING * ITL_MS

@@ -45,6 +45,7 @@ def set_energy(zone: Path, energy_uj: int) -> None:
     (zone / "energy_uj").write_text(f"{energy_uj}\n")
 
 
+@pytest.mark.unit
 def test_nvml_energy_sums_every_gpu_from_the_probe_start(fake_nvml):
     fake_nvml.configure({"gpus": [{"total": MIB, "used": 0, "util": 1, "energy_mj": [5000, 6500, 9000]},
                                   {"total": MIB, "used": 0, "util": 1, "energy_mj": [100, 600, 1100]}]})
@@ -56,6 +57,7 @@ def test_nvml_energy_sums_every_gpu_from_the_probe_start(fake_nvml):
     assert energy.read() == pytest.approx(5.0)  # the counters stood still
 
 
+@pytest.mark.unit
 def test_a_gpu_without_an_energy_counter_is_a_reason(fake_nvml):
     fake_nvml.configure({"gpus": [{"total": MIB, "used": 0, "util": 1}]})  # no energy_mj: NotSupported
     gpu, _ = open_gpu_probe(fake_nvml)
@@ -64,6 +66,7 @@ def test_a_gpu_without_an_energy_counter_is_a_reason(fake_nvml):
     assert open_nvml_energy(None) == (None, "no GPU seen through NVML")
 
 
+@pytest.mark.unit
 def test_rapl_sums_packages_and_dram_across_a_wrap(tmp_path):
     root = fake_powercap(tmp_path / "powercap")
     names = [path.parent.name for path, _ in rapl_zones(root)]
@@ -78,6 +81,7 @@ def test_rapl_sums_packages_and_dram_across_a_wrap(tmp_path):
     assert energy.read() == pytest.approx(9.5 + 3.0)
 
 
+@pytest.mark.unit
 def test_rapl_absent_or_without_packages_is_a_reason(tmp_path):
     assert open_rapl(tmp_path / "none") == (None, f"no {tmp_path / 'none'} (no RAPL here)")
     write_zone(tmp_path / "psys-only", "intel-rapl:0", "psys", 5)
@@ -85,6 +89,7 @@ def test_rapl_absent_or_without_packages_is_a_reason(tmp_path):
     assert energy is None and "no RAPL package zone" in reason
 
 
+@pytest.mark.unit
 def test_rapl_is_not_readable_on_this_machine():
     """Say what this machine has: the development VM exposes no /sys/class/powercap (no RAPL at all)."""
     energy, reason = open_rapl()
@@ -93,11 +98,13 @@ def test_rapl_is_not_readable_on_this_machine():
     assert energy is None and reason == "no /sys/class/powercap (no RAPL here)"
 
 
+@pytest.mark.unit
 def test_no_counter_at_all_is_one_reason(tmp_path):
     probes, reason = open_energy_probes(None, tmp_path / "none")
     assert probes == [] and reason == f"no GPU seen through NVML; no {tmp_path / 'none'} (no RAPL here)"
 
 
+@pytest.mark.unit
 def test_energy_between_interpolates_the_cumulative_counter():
     frame = pd.DataFrame({"timestamp": [100.0, 101.0, 102.0, 103.0], "gpu_energy_j": [0.0, 50.0, 150.0, 200.0],
                           "cpu_energy_j": [0.0, 1.0, 2.0, 3.0]})
@@ -116,6 +123,7 @@ def run_monitor(tmp_path: Path, env: dict) -> tuple[subprocess.CompletedProcess,
     return proc, read_monitor(out)
 
 
+@pytest.mark.integration
 def test_the_monitor_records_the_nvml_counter(tmp_path):
     config = {"gpus": [{"total": 80 * 1024 * MIB, "used": MIB, "util": 50,
                         "energy_mj": [1000 + 250 * i for i in range(20)]}]}  # 250 mJ more at every read
@@ -129,6 +137,7 @@ def test_the_monitor_records_the_nvml_counter(tmp_path):
     assert frame["cpu_energy_j"].isna().all()
 
 
+@pytest.mark.integration
 def test_the_monitor_records_rapl_and_says_once_when_nothing_counts(tmp_path):
     root = fake_powercap(tmp_path / "powercap")
     _, frame = run_monitor(tmp_path, {"LLMLOAD_POWERCAP": str(root)})

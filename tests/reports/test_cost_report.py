@@ -16,6 +16,8 @@ import pytest
 
 from report_helpers import REPO, ScriptedRun, read_csv, run_module, stream_result
 
+pytestmark = pytest.mark.integration
+
 WATTS = 20.0
 PRICE = 2.5
 

@@ -20,6 +20,7 @@ def merged(run: ScriptedRun, out, **kw) -> str:
     return merge_run(run.path, out, use_tokenizer=False, **kw).read_text()
 
 
+@pytest.mark.unit
 def test_open_loop_slo_columns_warmup_excluded_and_lag_warning(tmp_path):
     run = ScriptedRun(tmp_path / "run", {"slo": {"ttft": 100.0}})
     # 40 requests at 4 req/s after 3 warm-up requests; TTFT 50 ms, or 150 ms for every fourth (misses the SLO)
@@ -56,6 +57,7 @@ def capacity_entry(server, capacity, bracket, steps):
                       for r, a, g in steps]}
 
 
+@pytest.mark.unit
 def test_capacity_table_ratio_sentence_and_the_knee_plots(tmp_path):
     run = ScriptedRun(tmp_path / "run", {"baseline": "vllm"})
     for server, knee in (("vllm", 8.0), ("basic-naive", 2.0)):
@@ -79,6 +81,7 @@ def test_capacity_table_ratio_sentence_and_the_knee_plots(tmp_path):
         assert (tmp_path / "r" / name).stat().st_size > 1000 and f"]({name})" in md
 
 
+@pytest.mark.unit
 def test_capacity_with_its_interval_and_the_ratio_from_two_97_5_percent_intervals(tmp_path):
     run = ScriptedRun(tmp_path / "run", {"baseline": "vllm"})
     run.add("vllm", "qa", "stream", 16, open_loop(8.0, 20, 0.05, t0=1000.0), rate=8.0, phase="sweep")
@@ -104,6 +107,7 @@ def test_capacity_with_its_interval_and_the_ratio_from_two_97_5_percent_interval
     assert "- qa stream: vllm holds 4.1x [" in table and "(significant)" in table
 
 
+@pytest.mark.unit
 def test_repeats_show_their_spread(tmp_path):
     run = ScriptedRun(tmp_path / "run")
     for repeat, ttft in enumerate((0.05, 0.06, 0.055)):
@@ -121,6 +125,7 @@ def test_repeats_show_their_spread(tmp_path):
     assert "## Repeats" in md and f"max {max(per_repeat):.0f}" in md
 
 
+@pytest.mark.unit
 def test_multi_turn_metrics_by_turn(tmp_path):
     run = ScriptedRun(tmp_path / "run")
     results = []
@@ -138,6 +143,7 @@ def test_multi_turn_metrics_by_turn(tmp_path):
     assert "## Multi-turn conversations" in md and (tmp_path / "r" / "turns_chat.png").stat().st_size > 1000
 
 
+@pytest.mark.unit
 def test_server_side_metrics_are_plotted_and_their_peaks_summarised(tmp_path):
     run = ScriptedRun(tmp_path / "run")
     results = closed_loop([0.05] * 30, 4, prompts=15, t0=1000.0)
@@ -155,6 +161,7 @@ def test_server_side_metrics_are_plotted_and_their_peaks_summarised(tmp_path):
     assert (tmp_path / "r" / "server_vllm_qa.png").stat().st_size > 1000 and "](server_vllm_qa.png)" in md
 
 
+@pytest.mark.unit
 def test_prefix_cache_off_against_on(tmp_path):
     """Servers pair by what run.json says of their prefix cache, whatever their names; every task both ran."""
     servers = [{"name": "off", "kind": "vllm", "url": None, "prefix_caching": False},
@@ -178,6 +185,7 @@ def test_prefix_cache_off_against_on(tmp_path):
     assert "## Prefix caching" in md and "| off / on " in md
 
 
+@pytest.mark.integration
 def test_a_real_open_loop_run_with_repeats_warmup_and_an_slo(tmp_path, prompt_dir16):
     """The runner's own open-loop cells: warm-up left out, SLO columns, the repeats' spread, server series."""
     from report_helpers import run_runner

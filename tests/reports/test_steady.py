@@ -18,6 +18,7 @@ from benchmarks.steady_window import E2E, TOKENS, TTFT, closed_ramp
 from report_helpers import REPO, ScriptedRun, read_csv, run_module, start_mock
 
 
+@pytest.mark.unit
 def test_mser_cuts_a_step_and_nothing_of_a_flat_series():
     rng = np.random.default_rng(1)
     step = np.concatenate([np.full(50, 2.0), np.full(150, 8.0)]) + rng.normal(0, 0.3, 200)
@@ -29,6 +30,7 @@ def test_mser_cuts_a_step_and_nothing_of_a_flat_series():
     assert mser_cut(np.ones(40)) is None  # too few batches to tell
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("users, ramp_s, plateau_s", [(8, 20.0, 60.0), (16, 30.0, 30.0), (4, 10.0, 80.0)])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_the_window_of_a_closed_ramp(users, ramp_s, plateau_s, seed):
@@ -50,6 +52,7 @@ def test_the_window_of_a_closed_ramp(users, ramp_s, plateau_s, seed):
     assert latency.get("ttft", "p50") == pytest.approx(TTFT * 1.05, rel=0.05)
 
 
+@pytest.mark.unit
 def test_too_short_and_unsettled_cells_have_no_window():
     window, reason = find_window(closed_ramp(2, 0.5, 1.0))
     assert window is None and reason.startswith("too short"), reason
@@ -58,6 +61,7 @@ def test_too_short_and_unsettled_cells_have_no_window():
     assert window is None and "did not settle" in reason, reason
 
 
+@pytest.mark.integration
 def test_the_report_shows_the_window_beside_the_whole_run(tmp_path):
     run = ScriptedRun(tmp_path / "run")
     run.add("mock", "qa", "stream", 8, closed_ramp(8, 20.0, 60.0))
@@ -76,6 +80,7 @@ def test_the_report_shows_the_window_beside_the_whole_run(tmp_path):
     assert "out tok/s (run)" in section and "out tok/s (steady)" in section
 
 
+@pytest.mark.integration
 def test_the_command_prints_the_window_of_a_raw_log(tmp_path):
     path = tmp_path / "ramp_requests.jsonl"
     write_results(path, closed_ramp(8, 20.0, 60.0))
@@ -86,6 +91,7 @@ def test_the_command_prints_the_window_of_a_raw_log(tmp_path):
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
 
 
+@pytest.mark.integration
 def test_a_mock_run_with_stages_has_its_plateau_found(tmp_path):
     """Locust against the mock engine: 2 users for 4 s, then 8 for 12 s. The window starts at the step and the
     steady throughput keeps Little's law at 8 requests in flight."""

@@ -10,6 +10,8 @@ import pytest
 from server.engines.base import PreparedPrompt, SamplingParams
 from server.engines.mock import MockEngine
 
+pytestmark = pytest.mark.unit
+
 
 async def _serve(engine: MockEngine, n: int, tokens: int) -> tuple[list[float], list[int]]:
     """Send ``n`` requests at once; (each one's end in seconds from the start in arrival order, waiting seen)."""

@@ -23,6 +23,8 @@ from server.engines.hf_model import render_plain_chat
 from server.engines.mock import MOCK_REASONING_WORDS, MOCK_WORDS
 from server_client import MOCK_MAX_MODEL_LEN, MOCK_TTFT_MS, post, post_ok, stream
 
+pytestmark = pytest.mark.integration
+
 CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name three colours please"}]
 
 

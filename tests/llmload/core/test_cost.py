@@ -10,6 +10,8 @@ from llmload.core.cost import (cost_figures, cost_text, price, prices, usd_per_m
                                usd_per_thousand_requests)
 from llmload.core.metrics import RequestResult, summarize
 
+pytestmark = pytest.mark.unit
+
 
 def test_dollars_per_million_tokens_and_per_thousand_requests():
     # $3.60 an hour is $0.001 a second: at 1000 tok/s, 1M tokens take 1000 s

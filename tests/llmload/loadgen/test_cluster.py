@@ -4,6 +4,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import msgpack
+import pytest
 
 from llmload.core.metrics import RequestResult
 from llmload.core.rawlog import RawLogWriter, read_results
@@ -12,6 +13,8 @@ from llmload.loadgen.cluster import (Cluster, code_version, fingerprint, mismatc
                                      shard_path)
 from llmload.loadgen.options import LoadSettings
 from llmload.loadgen.sink import ResultSink
+
+pytestmark = pytest.mark.unit
 
 
 def result(node: str, i: int) -> RequestResult:

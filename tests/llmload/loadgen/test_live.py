@@ -8,6 +8,8 @@ import pytest
 from llmload.core.metrics import LiveStats, RequestResult, request_metrics
 from llmload.loadgen.live import KEEP_S, LiveBoard
 
+pytestmark = pytest.mark.unit
+
 
 def result(i: int, start: float, task: str = "chat", success: bool = True, **kw) -> RequestResult:
     offsets = [0.05 + 0.01 * (i % 7) + 0.02 * k for k in range(6)]

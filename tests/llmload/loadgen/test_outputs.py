@@ -6,10 +6,14 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from llmload.core.metrics import RequestResult, request_metrics
 from llmload.loadgen.live import LiveBoard
 from llmload.loadgen.options import LoadSettings
 from llmload.loadgen.outputs import end_line, summary_data, write_json
+
+pytestmark = pytest.mark.unit
 
 
 def board_of(count: int) -> LiveBoard:

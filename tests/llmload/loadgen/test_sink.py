@@ -10,6 +10,8 @@ from llmload.core.rawlog import RawLogWriter, read_results, read_tail
 from llmload.loadgen.live import LiveBoard
 from llmload.loadgen.sink import ResultSink
 
+pytestmark = pytest.mark.unit
+
 
 def result(i: int, e2e: float = 0.3, **kw) -> RequestResult:
     offsets = [0.1 + (e2e - 0.1) * k / 3 for k in range(4)]

@@ -2,9 +2,13 @@
 
 import time
 
+import pytest
+
 from llmload.core.metrics import RequestResult, request_metrics
 from llmload.loadgen.live import LiveBoard
 from llmload.loadgen.watch import NO_SERVER_S, Watch
+
+pytestmark = pytest.mark.unit
 
 
 def add(board: LiveBoard, result: RequestResult) -> None:

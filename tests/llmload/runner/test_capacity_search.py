@@ -15,6 +15,8 @@ from llmload.core.sequential import (FAILED, HELD, UNDECIDED, Budget, Look, Tren
                                      decide, interval_at, requests_to_hold, trend)
 from llmload.runner.capacity import TOLERANCE, CapacitySearch, look_of, search_cells
 
+pytestmark = pytest.mark.unit
+
 BUDGET = Budget(steps=8, looks=4)
 FIRST = 40  # requests of a step's first look; later looks send 80, 160, 320
 

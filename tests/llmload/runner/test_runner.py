@@ -174,6 +174,7 @@ def test_basic_server_on_the_real_model(tmp_path, default_model):
     assert info["served_model_name"] == "SmolLM2-135M-Instruct" and info["settings"]["concurrency"] == [2]
 
 
+@pytest.mark.integration
 def test_target_ci_repeats_each_level_until_its_headline_intervals_are_narrow(tmp_path):
     """--target-ci 25: every level runs 2 repeats at least and 3 at most, stopping once output tok/s and TTFT p50
     (over its repeats, as the report computes them) are within +-25 %; a level that stopped is in no later block."""

@@ -14,7 +14,7 @@ from llmload.runner.plan import sweep_rates
 from prompt_sets import make_data
 from runner_helpers import run_runner
 
-pytestmark = [pytest.mark.integration, pytest.mark.serial,  # the schedule's gaps and lag, the capacity
+pytestmark = [pytest.mark.integration,
               pytest.mark.skipif("--rate" not in loadgen_flags(),
                                  reason="the load generator has no --rate yet (python -m llmload.loadgen)")]
 
@@ -25,6 +25,7 @@ def base_args(tmp_path, *more: str) -> list[str]:
             "--out", str(tmp_path / "run"), "--arrival", "constant", "--no-report", *more]
 
 
+@pytest.mark.serial  # arrival gaps, lag and the measured capacity
 def test_rates_beside_levels_with_repeats_and_warmup(tmp_path):
     run_dir = tmp_path / "run"
     proc = run_runner(*base_args(tmp_path, "--concurrency", "2", "--rates", "8,16", "--repeat", "2", "--requests",
@@ -56,6 +57,7 @@ def test_rates_beside_levels_with_repeats_and_warmup(tmp_path):
     assert info["settings"]["arrival"] == "constant" and info["plan"]["rates"] == [8.0, 16.0]
 
 
+@pytest.mark.serial  # arrival gaps, lag and the measured capacity
 def test_a_sweep_runs_evenly_spaced_rates_up_to_the_saturation_throughput(tmp_path):
     run_dir = tmp_path / "run"
     proc = run_runner(*base_args(tmp_path, "--sweep", "3", "--pool", "2", "--requests", "12", "--max-tokens", "4",
@@ -72,6 +74,7 @@ def test_a_sweep_runs_evenly_spaced_rates_up_to_the_saturation_throughput(tmp_pa
     assert "(saturation)" in proc.stdout and "[4/4] mock qa stream rate=" in proc.stdout
 
 
+@pytest.mark.serial  # arrival gaps, lag and the measured capacity
 def test_find_capacity_of_a_server_of_known_capacity(tmp_path, server_factory):
     """5 slots of 250 ms (230 ms to the first token, then one more 20 ms later) hold exactly 5 / 0.25 = 20 req/s.
 

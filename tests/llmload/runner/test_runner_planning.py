@@ -15,6 +15,8 @@ from llmload.runner.plan import Plan, cell_prefix, round_rate, sweep_rates
 from llmload.runner.progress import Progress, cell_label, duration_text, figures
 from llmload.runner.schedule import Job, Order
 
+pytestmark = pytest.mark.unit
+
 
 def test_sweep_rates_are_evenly_spaced_up_to_saturation():
     assert sweep_rates(12.0, 4) == [3.0, 6.0, 9.0, 12.0]
