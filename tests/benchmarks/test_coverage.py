@@ -16,6 +16,7 @@ from prompt_sets import make_data
 from reports.run import load_run
 
 
+@pytest.mark.unit
 def test_a_correct_interval_covers_the_others_mean_about_93_percent_at_8_repeats():
     assert expected_share(8) == pytest.approx(0.933, abs=1e-3) and expected_share(5) == pytest.approx(0.920, abs=1e-3)
     rng = np.random.default_rng(0)  # the formula against simulation: figures N(0, 1), intervals +-1.96
@@ -45,6 +46,7 @@ def scripted_repeats(path, ttft_factors) -> list:
     return [c for c in load_run(path).cells if c.ok]
 
 
+@pytest.mark.unit
 def test_one_slow_run_among_four_is_caught_by_the_cross_validated_calibration(tmp_path):
     """Three identical runs and one 3x slower: no run's within-run interval covers the others' mean; calibrated on
     the other three, the identical runs' intervals widen enough (the slow run is among their others), the slow
@@ -56,6 +58,7 @@ def test_one_slow_run_among_four_is_caught_by_the_cross_validated_calibration(tm
     assert ttft.hits["calibrated"] == 3 and ttft.half_widths["calibrated"] > 10 * ttft.half_widths["within-run"]
 
 
+@pytest.mark.integration
 def test_the_benchmark_end_to_end_on_the_mock(tmp_path, capsys):
     data = make_data(tmp_path / "data", ("qa",), n=16)
     code = main(["--engines", "mock", "--repeat", "3", "--requests", "16", "--max-tokens", "8", "--concurrency", "4",
@@ -72,6 +75,7 @@ def test_the_benchmark_end_to_end_on_the_mock(tmp_path, capsys):
     assert len(cells) == 3 and ttft.max() > 1.5 * ttft.min()  # the runner's mock inherited the changing speed
 
 
+@pytest.mark.unit
 def test_fewer_than_3_repeats_is_one_line(capsys):
     assert main(["--repeat", "2"]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()

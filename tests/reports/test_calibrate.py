@@ -21,6 +21,7 @@ def one_run(rng, truth: float, tau: float, within: float) -> Interval:
     return Interval(value, value * math.exp(-1.959964 * within), value * math.exp(1.959964 * within), 100)
 
 
+@pytest.mark.unit
 def test_the_spread_is_the_run_to_run_variance_beyond_the_within_run_one():
     """Method of moments on the log scale: between-repeat variance less the mean within-run variance."""
     rng = np.random.default_rng(1)
@@ -33,6 +34,7 @@ def test_the_spread_is_the_run_to_run_variance_beyond_the_within_run_one():
     assert components([one_run(rng, 10.0, 0.1, 0.03), Interval(5.0, n=3)]) is None  # a repeat without interval
 
 
+@pytest.mark.unit
 def test_a_single_run_widened_by_a_calibration_covers_the_mean_over_runs():
     """Runs vary 10 % from run to run and 3 % within: the within-run interval alone covers the cell's mean over
     runs about 45 % of the time; widened by a spread calibrated on 8 other runs (df 7), about 95 %, and a run
@@ -67,6 +69,7 @@ def repeated_run(path, factors, machine=TEST_MACHINE, servers=("basic",)) -> Scr
     return run
 
 
+@pytest.mark.integration
 def test_calibration_round_trip(tmp_path):
     """Repeats 4 at +20 % and 4 at -20 % (log): the spread of TTFT p50 is their sd (within-run error is 1 %)."""
     run = repeated_run(tmp_path / "run", [math.exp(0.2), math.exp(-0.2)] * 4)
@@ -86,6 +89,7 @@ def test_calibration_round_trip(tmp_path):
     assert again.spreads == calibration.spreads and again.machine == calibration.machine
 
 
+@pytest.mark.integration
 def test_calibrate_refuses_runs_without_repeats_or_from_two_machines(tmp_path):
     single = repeated_run(tmp_path / "single", [1.0])
     other = repeated_run(tmp_path / "other", [1.0, 1.1, 0.9], machine={**TEST_MACHINE, "cpu": "Other CPU"})
@@ -116,6 +120,7 @@ def test_calibrate_refuses_runs_without_repeats_or_from_two_machines(tmp_path):
     (json.dumps({"format": "llmload-calibration/1", "machine": {}, "spreads": [{"mode": "stream"}]}),
      "spreads[0]: 'server'"),
 ])
+@pytest.mark.unit
 def test_a_malformed_calibration_is_one_line_and_exit_2(tmp_path, capsys, content, message):
     from reports import compare, merge
 
@@ -131,6 +136,7 @@ def test_a_malformed_calibration_is_one_line_and_exit_2(tmp_path, capsys, conten
         assert line.startswith(f"error: {bad}: ") and message in line, line
 
 
+@pytest.mark.unit
 def test_the_calibration_file_is_found_by_flag_environment_or_default(tmp_path, capsys, monkeypatch):
     from reports.calibrate import find_calibration
     from reports.merge import main
@@ -159,6 +165,7 @@ def test_the_calibration_file_is_found_by_flag_environment_or_default(tmp_path, 
     assert find_calibration() is None
 
 
+@pytest.mark.unit
 def test_spreads_are_looked_up_from_the_cell_to_the_server_and_mode():
     calibration = Calibration(machine=TEST_MACHINE, spreads={
         ("basic", "qa", "stream", "c8"): {"ttft_p50": Spread(0.1, 7)},

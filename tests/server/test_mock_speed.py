@@ -7,10 +7,13 @@ import math
 import time
 
 import numpy as np
+import pytest
 
 from server.engines.base import SamplingParams
 from server.engines.mock import MockEngine
 from server.settings import ServerSettings
+
+pytestmark = pytest.mark.unit
 
 
 def engine(**kw) -> MockEngine:
