@@ -44,17 +44,14 @@ def vllm_text(k: int) -> str:
                                 ttft_count1=f"{2.0 * k}", ttft_sum1=f"{0.3 * k}")
 
 
-@pytest.fixture
-def canned_vllm():
-    """A local HTTP server answering /metrics with the canned vLLM text (scrape k has counters x k)."""
-    scrapes = []
+def local_http(answer) -> ThreadingHTTPServer:
+    """A local HTTP server in a thread: ``answer(path)`` gives each GET's (status, content type, body)."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):
-            scrapes.append(time.monotonic())
-            body = vllm_text(len(scrapes)).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            status, content_type, body = answer(self.path)
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
@@ -64,7 +61,24 @@ def canned_vllm():
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/metrics"
+    return server
+
+
+def metrics_url(server: ThreadingHTTPServer) -> str:
+    return f"http://127.0.0.1:{server.server_address[1]}/metrics"
+
+
+@pytest.fixture
+def canned_vllm():
+    """A local HTTP server answering /metrics with the canned vLLM text (scrape k has counters x k)."""
+    scrapes = []
+
+    def answer(path: str) -> tuple[int, str, bytes]:
+        scrapes.append(time.monotonic())
+        return 200, "text/plain; version=0.0.4; charset=utf-8", vllm_text(len(scrapes)).encode()
+
+    server = local_http(answer)
+    yield metrics_url(server)
     server.shutdown()
     server.server_close()
 
@@ -165,26 +179,17 @@ def test_a_hanging_metrics_endpoint_never_delays_the_samples(tmp_path):
 
 @pytest.fixture
 def page_server():
-    """``page_server(status, content_type, body)``: a local HTTP server answering every GET so; (URL, GET count)."""
+    """``page_server(status, content_type, body)``: a local HTTP server answering every GET so, its /metrics URL;
+    ``page_server.gets``: the paths asked for, by all of them."""
     servers, gets = [], []
 
     def start(status: int, content_type: str, body: bytes) -> str:
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):
-                gets.append(self.path)
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+        def answer(path: str) -> tuple[int, str, bytes]:
+            gets.append(path)
+            return status, content_type, body
 
-            def log_message(self, *args):
-                pass
-
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return f"http://127.0.0.1:{server.server_address[1]}/metrics"
+        servers.append(local_http(answer))
+        return metrics_url(servers[-1])
 
     start.gets = gets
     yield start
