@@ -88,7 +88,8 @@ NON_DEFAULT = {"model": "some/model", "served_model_name": "x", "engine": "batch
                "port": "8123", "max_model_len": "512", "dtype": "float32", "threads": "1", "max_num_seqs": "4",
                "prepack_weights": "off", "api_key": "k", "header_timeout_s": "3", "body_timeout_s": "0",
                "max_body_bytes": "1000", "mock_ttft_ms": "5", "mock_itl_ms": "1.5", "log_level": "warning",
-               "mock_reasoning_tokens": "3", "mock_reasoning_field": "reasoning_content", "mock_tokens_per_chunk": "2"}
+               "mock_reasoning_tokens": "3", "mock_reasoning_field": "reasoning_content", "mock_tokens_per_chunk": "2",
+               "mock_slots": "3", "mock_speed_period_ms": "500", "mock_speed_sd": "0.5", "mock_speed_seed": "7"}
 
 
 @pytest.mark.unit
