@@ -57,6 +57,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterator
 
+from llmload.core.clienterror import BOUND_STAT
 from llmload.core.cliargs import choice_list, float_list, int_list, non_negative_float, positive_float, positive_int
 from llmload.core.metrics import RequestResult, percentile, summarize
 from llmload.core.model_store import ModelNotAvailable, resolve_model
@@ -70,7 +71,7 @@ from llmload.tasks import get_task
 
 from monitors.sampler import read_monitor, start_monitor
 
-from benchmarks.recording_mock import measurement_errors_ms, server_truth, start_recording_mock
+from benchmarks.recording_mock import measurement_errors_ms, server_truth, stamp_delays_ms, start_recording_mock
 
 TOOLS = ("locust", "vllm-bench")
 PARTS = ("capacity", "accuracy", "rate")
@@ -127,6 +128,10 @@ class Measurement:
     paired: int = 0  # requests paired with the server's record
     achieved_rate: float | None = None  # open loop: requests sent per second
     lag_ms: dict = field(default_factory=dict)  # open loop: p50, p99, max of the dispatch lag
+    bound_ms: float | None = None  # the client-error bound the run stated (Locust's summary)
+    bound_samples: int = 0
+    stamp_error_ms: dict = field(default_factory=dict)  # p50, p99, max of every chunk's measured - true offset
+    covered_pct: dict = field(default_factory=dict)  # ttft, stamps: share of the true errors within the bound
     error: str = ""
 
     @property
@@ -291,8 +296,9 @@ def mean_cpu(monitor_csv: Path, first: float, last: float) -> tuple[float | None
 
 
 def measure(tool: str, load: Workload, results: list[RequestResult], record: Path, monitor_csv: Path,
-            error: str = "") -> Measurement:
-    """Every figure of one run, from the raw results, the server's record and the monitor CSV."""
+            error: str = "", client_error: dict | None = None) -> Measurement:
+    """Every figure of one run, from the raw results, the server's record, the monitor CSV and the client-error
+    block of the tool's summary (Locust's only)."""
     m = Measurement(tool, load, error=error)
     if not results:
         m.error = m.error or "no request completed"
@@ -311,6 +317,13 @@ def measure(tool: str, load: Workload, results: list[RequestResult], record: Pat
     m.ttft_true_p50_ms = percentile(true_ttft, 50)
     if errors:
         m.ttft_error_ms = {"p50": percentile(errors, 50), "p90": percentile(errors, 90), "max": max(errors)}
+    stamps = stamp_delays_ms(results, truth)
+    if stamps:
+        m.stamp_error_ms = {"p50": percentile(stamps, 50), "p99": percentile(stamps, 99), "max": max(stamps)}
+    if client_error and client_error.get("bound_ms") is not None:
+        m.bound_ms, m.bound_samples = client_error["bound_ms"], client_error["samples"]
+        m.covered_pct = {name: 100.0 * sum(e <= m.bound_ms for e in values) / len(values)
+                         for name, values in (("ttft", errors), ("stamps", stamps)) if values}
     if load.rate and len(results) > 1:
         starts = sorted(r.start_time for r in results)
         m.achieved_rate = (len(starts) - 1) / (starts[-1] - starts[0]) if starts[-1] > starts[0] else None
@@ -347,6 +360,23 @@ def accuracy_table(rows: list[Measurement]) -> str:
                   ["tool", "users", "reqs", "paired", "chunks/s", "client CPU%", "server CPU%",
                    "chunks/client-core-s", "true TTFT p50 ms", "error p50 ms", "p90 ms", "max ms", "error"],
                   fmt="simple")
+
+
+def bound_table(rows: list[Measurement]) -> str:
+    """Each Locust run's stated client-error bound against its true error: what it said of itself, what it was."""
+    def looseness(m: Measurement) -> str | None:
+        p99 = m.stamp_error_ms.get("p99")
+        return f"{m.bound_ms / p99:.1f}" if m.bound_ms is not None and p99 and p99 > 0 else None
+
+    return render([(m.workload.part, m.workload.users, m.workload.answer_tokens, _fmt(m.client_cpu_pct, 0),
+                    _fmt(m.bound_ms, 2), m.bound_samples,
+                    _fmt(m.ttft_error_ms.get("p50"), 2), _fmt(m.ttft_error_ms.get("max"), 1),
+                    _fmt(m.covered_pct.get("ttft")), _fmt(m.stamp_error_ms.get("p50"), 2),
+                    _fmt(m.stamp_error_ms.get("p99"), 2), _fmt(m.stamp_error_ms.get("max"), 1),
+                    _fmt(m.covered_pct.get("stamps")), looseness(m)) for m in rows if m.bound_ms is not None],
+                  ["part", "users", "tokens", "client CPU%", "bound ms", "samples", "TTFT error p50 ms", "max ms",
+                   "TTFT <= bound %", "stamp error p50 ms", "p99 ms", "max ms", "stamps <= bound %",
+                   "bound / stamp p99"], fmt="simple")
 
 
 def rate_table(rows: list[Measurement]) -> str:
@@ -507,6 +537,14 @@ def part_schedule(part: str, args: argparse.Namespace) -> tuple[float, float]:
     return {"capacity": (0.0, 0.0), "accuracy": (args.ttft_ms, args.itl_ms), "rate": (50.0, 10.0)}[part]
 
 
+def stated_client_error(summary: Path) -> dict | None:
+    """The ``client_error`` block of a Locust run's ``<prefix>_summary.json`` (None: not there)."""
+    try:
+        return json.loads(summary.read_text()).get("client_error")
+    except (OSError, ValueError):
+        return None
+
+
 def run_benchmark(args: argparse.Namespace, work: Path, tools: list[str], tokenizer: str | None
                   ) -> list[Measurement]:
     """One recording server per part (its schedule differs), every workload with every tool."""
@@ -524,7 +562,8 @@ def run_benchmark(args: argparse.Namespace, work: Path, tools: list[str], tokeni
                     print(f"   {tool}: {load.users} users, {load.requests} requests of {load.answer_tokens} tokens"
                           f"{rate}", file=sys.stderr, flush=True)
                     results, monitor_csv, error = run_tool(tool, url, server.pid, load, work, tokenizer)
-                    measured.append(measure(tool, load, results, record, monitor_csv, error))
+                    measured.append(measure(tool, load, results, record, monitor_csv, error,
+                                            stated_client_error(work / f"{tool}-{load.name}_summary.json")))
         finally:
             server.stop()
     return measured
@@ -565,6 +604,11 @@ def main(argv: list[str] | None = None) -> int:
               f"error = measured TTFT - the server's recorded first-token time):\n{accuracy_table(accuracy)}")
         for line in accuracy_verdicts(accuracy, args.error_limit_ms):
             print(line)
+    bounded = [m for m in capacity + accuracy if m.bound_ms is not None]
+    if bounded:
+        print(f"\nLocust's client-error bound ({BOUND_STAT} of its loop probe's delays; their max below "
+              f"{min_samples(BOUND_STAT)} samples) against its true error (TTFT; and every chunk's stamp, what a gap "
+              f"is off by); capacity runs saturate the client:\n{bound_table(bounded)}")
     if rates:
         print(f"\nrate (open loop, constant spacing; mock TTFT 50 ms, ITL 10 ms, {args.rate_tokens}-token answers; "
               f"lag = sent - intended start; vllm bench serve saves no intended starts: its lags are estimated "

@@ -165,6 +165,17 @@ def measurement_errors_ms(measured: list[RequestResult], truth: list[RequestResu
     return errors
 
 
+def stamp_delays_ms(measured: list[RequestResult], truth: list[RequestResult | None]) -> list[float]:
+    """Each output chunk's measured offset minus the server's, in ms (how late the client stamped it), for every
+    request that has both."""
+    delays = []
+    for m, t in zip(measured, truth):
+        if t is None or not m.success:
+            continue
+        delays.extend((got - want) * 1000.0 for got, want in zip(m.token_offsets, t.token_offsets))
+    return delays
+
+
 class RecordingMock(TargetKind):
     """This server as a server under test, recording into ``record``: the benchmarks start it as they start
     every server (:func:`llmload.targets.start_target`), with the settings' mock schedule."""

@@ -41,6 +41,14 @@ positive_float = number(float, 0.0, inclusive=False)
 non_negative_float = number(float, 0.0)
 
 
+def port(text: str) -> int:
+    """A TCP port, 1 to 65535."""
+    value = number(int, 1, what="a port (1 to 65535)")(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (1 to 65535)")
+    return value
+
+
 def comma_list(item: Callable[[str], object] = str, what: str = "values") -> Callable[[str], list]:
     """A type for ``a,b,c``: a non-empty comma-separated list, each item parsed by ``item``."""
 

@@ -12,13 +12,18 @@ between processes as a plain dict (:meth:`LiveBoard.to_wire`):
   every read costs the same at 1 k and 10 M results;
 * ``counts``: run-wide tallies (:class:`Counts`: requests late on the schedule,
   successes, the first failure's time);
+* ``histograms``: where the Prometheus export is on, fixed-edge latency
+  histograms per task (:mod:`~llmload.loadgen.histograms`);
 * ``reach``: per process, how long it found the server unreachable
-  (:class:`Reach`); the board reports the longest.
+  (:class:`Reach`); the board reports the longest;
+* ``clock``: per process that sends requests, its probe of its own timing
+  error (:class:`~llmload.core.clienterror.ClockReading`); the run's
+  client-error bound is the worst process's.
 
-The first three are *additive*: a worker sends what it counted since its last
-report, and the master adds it. ``reach`` is a *per-process gauge*: each
-report carries the worker's current value, and the master keeps the latest per
-worker. A new live figure is one more part of either kind.
+The first four are *additive*: a worker sends what it counted since its last
+report, and the master adds it. ``reach`` and ``clock`` are *per-process
+gauges*: each report carries the worker's current value, and the master keeps
+the latest per worker. A new live figure is one more part of either kind.
 
 Requests count in the second they ended; their tokens in the second each token
 arrived (so a request still in flight is not counted yet). On a master the
@@ -35,8 +40,10 @@ from dataclasses import dataclass, field
 
 from ddsketch import DDSketch
 
+from llmload.core.clienterror import ClockReading, summary_block
 from llmload.core.metrics import (SKETCH_RELATIVE_ACCURACY, LiveStats, RequestMetrics, RequestResult, RunSummary,
                                   sketch_from_bytes, sketch_to_bytes)
+from llmload.loadgen.histograms import TaskHistograms
 
 WINDOW_S = 10
 #: Latencies the window tracks, by metric name.
@@ -146,11 +153,14 @@ class Reach:
 class LiveBoard:
     """Run-so-far and sliding-window figures, per task and in total; mergeable (:meth:`merge`, :meth:`to_wire`)."""
 
-    def __init__(self, window_s: int = WINDOW_S):
+    def __init__(self, window_s: int = WINDOW_S, histograms: bool = False):
         self.window_s = window_s
         self.tasks: dict[str, LiveStats] = {}
+        self.keeps_histograms = histograms  # count them here (merged ones are kept anyway)
+        self.histograms: dict[str, TaskHistograms] = {}
         self.counts = Counts()
         self.reach: dict[str, Reach] = {"": Reach()}  # process -> its reachability ('' = this one)
+        self.clock: dict[str, ClockReading] = {}  # process -> its probe's reading ('' = this one, if it probes)
         self._buckets: dict[int, Bucket] = {}
         self.history: deque[dict] = deque(maxlen=HISTORY_S)
         #: Epoch seconds up to which the board holds every result (None: now; a master: its workers' last reports).
@@ -185,6 +195,8 @@ class LiveBoard:
         if stats is None:
             stats = self.tasks[result.task] = LiveStats()
         stats.add(result, metrics)
+        if self.keeps_histograms and result.success:
+            self.histograms.setdefault(result.task, TaskHistograms()).add(metrics)
         end = result.start_time + (metrics.e2e if result.success else result.end_offset)
         bucket = self._bucket(int(end))
         if bucket is None:
@@ -220,6 +232,8 @@ class LiveBoard:
                 self.tasks[task] = stats
             else:
                 mine.merge(stats)
+        for task, histograms in other.histograms.items():
+            self.histograms.setdefault(task, TaskHistograms()).merge(histograms)
         self.counts.merge(other.counts)
         for second, bucket in other._buckets.items():
             mine = self._bucket(second)
@@ -227,12 +241,19 @@ class LiveBoard:
                 mine.merge(bucket)
         if latest or node not in self.reach:
             self.reach[node] = other.reach[""]
+        if "" in other.clock and (latest or node not in self.clock):
+            self.clock[node] = other.clock[""]
 
     def to_wire(self) -> dict:
         """Every part as plain data (numbers, strings, bytes) for Locust's messages."""
-        return {"tasks": {task: stats.to_wire() for task, stats in self.tasks.items()},
+        wire = {"tasks": {task: stats.to_wire() for task, stats in self.tasks.items()},
                 "buckets": [b.to_wire() for b in self._buckets.values() if b.requests or b.tokens],
                 "counts": self.counts.to_wire(), "reach": self.reach[""].to_wire()}
+        if "" in self.clock:
+            wire["clock"] = self.clock[""].to_wire()
+        if self.histograms:
+            wire["histograms"] = {task: h.to_wire() for task, h in self.histograms.items()}
+        return wire
 
     @classmethod
     def from_wire(cls, data: dict) -> "LiveBoard":
@@ -240,6 +261,10 @@ class LiveBoard:
         board.tasks = {task: LiveStats.from_wire(stats) for task, stats in data["tasks"].items()}
         board.counts = Counts.from_wire(data["counts"])
         board.reach[""] = Reach.from_wire(data["reach"])
+        if data.get("clock"):
+            board.clock[""] = ClockReading.from_wire(data["clock"])
+        for task, histograms in data.get("histograms", {}).items():
+            board.histograms[task] = TaskHistograms.from_wire(histograms)
         for bucket in data["buckets"]:
             board._buckets[bucket["second"]] = Bucket.from_wire(bucket)
         return board
@@ -251,6 +276,14 @@ class LiveBoard:
         up to now)."""
         now = time.time()
         return max(reach.so_far(now) for reach in self.reach.values())
+
+    def client_error(self, total: RunSummary | None = None) -> dict | None:
+        """The run's client-error bound (its worst process's) against its TTFT p50 and ITL mean, with the flags
+        (:func:`~llmload.core.clienterror.summary_block`); live, the ITL mean is the TPOT mean (the mean gap of
+        each request). None before any probe sample."""
+        total = total or self.total()
+        return summary_block(self.clock, {"ttft_p50": total.get("ttft", "p50"), "itl_mean": total.get("tpot", "mean")},
+                             total.get("dispatch_lag", "p99"))
 
     def summaries(self) -> dict[str, RunSummary]:
         """Run-so-far summary per task, and over all tasks (key ``"all"``) when there are several."""

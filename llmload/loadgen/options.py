@@ -13,7 +13,7 @@ import argparse
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from llmload.core.cliargs import duration, non_negative_float, non_negative_int, positive_float
+from llmload.core.cliargs import duration, non_negative_float, non_negative_int, port, positive_float
 from llmload.core.cost import price
 from llmload.core.cliargs import slo as slo_type
 from llmload.core.metrics import APIS, MODES, SLO
@@ -155,6 +155,12 @@ class LoadSettings:
                                            "gives $ per 1M output tokens and per 1,000 requests at the measured "
                                            "throughput", default=None, metavar="USD", type=price,
                                            include_in_web_ui=False)
+    prometheus_port: int | None = _option("--prometheus-port", "serve the live figures (requests, tokens, latency "
+                                          "histograms per task, SLO, client-error bound) at http://HOST:PORT/metrics "
+                                          "for Prometheus, from the master or a standalone run (default: off)",
+                                          default=None, metavar="PORT", type=port, include_in_web_ui=False)
+    prometheus_host: str = _option("--prometheus-host", "the address /metrics binds to (0.0.0.0: every interface)",
+                                   default="0.0.0.0", metavar="ADDRESS", include_in_web_ui=False)
     csv_prefix: str = ""  # Locust's own --csv
 
     @property
@@ -246,6 +252,8 @@ class LoadSettings:
         if self.arrival in ("constant", "poisson") and self.burstiness != 1.0:
             raise SettingsError(f"--burstiness applies to --arrival gamma (poisson is gamma with K = 1), "
                                 f"not to --arrival {self.arrival}")
+        if self.prometheus_host != "0.0.0.0" and self.prometheus_port is None:
+            raise SettingsError("--prometheus-host is where /metrics binds: give --prometheus-port PORT too")
         if self.stages and self.ramp:
             raise SettingsError("--stages and --ramp are two load shapes: give one")
         self.chunk_counter()  # a tokenizer that cannot load is bad input, said before the run starts

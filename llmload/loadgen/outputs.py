@@ -14,6 +14,7 @@ from pathlib import Path
 
 import gevent
 
+from llmload.core.clienterror import describe
 from llmload.core.cost import cost_figures, cost_text
 from llmload.loadgen.live import LiveBoard, finite
 
@@ -23,13 +24,14 @@ def _finite_values(flat: dict) -> dict:
 
 
 def summary_data(board: LiveBoard, settings, users: int | None, lag_warned: bool, raw_log: Path | None,
-                 workers: list[dict] | None = None) -> dict:
+                 workers: list[dict] | None = None, run: str = "") -> dict:
     """The run's figures as ``<prefix>_summary.json`` holds them, so scripts need not parse the summary line."""
     total = board.total()
-    data = {"summary": _finite_values(total.flat()),
+    data = {"run": run or None, "summary": _finite_values(total.flat()),
             "per_task": {task: _finite_values(s.flat()) for task, s in board.summaries().items()},
             "line": total.line(), "exact": False, "unreachable_s": round(board.unreachable_so_far(), 3),
             "late_requests": board.counts.late, "lag_warning": lag_warned,
+            "client_error": board.client_error(total),
             "cost": cost_figures(settings.price_per_hour, total),
             "settings": {"mode": settings.mode, "api": settings.api, "rate": settings.rate,
                          "arrival": settings.arrival_law if settings.open_loop else None,
@@ -54,7 +56,8 @@ def end_line(board: LiveBoard, raw_log: Path | None, price_per_hour: float | Non
     """The line the run ends with: the summary, its cost at ``price_per_hour``, how long the server was
     unreachable, where the raw log is."""
     total, down = board.total(), board.unreachable_so_far()
-    return ("llmload: " + total.line() + cost_text(cost_figures(price_per_hour, total))
+    return ("llmload: " + total.line() + describe(board.client_error(total))
+            + cost_text(cost_figures(price_per_hour, total))
             + (f"; the server was unreachable for {down:.1f} s" if down >= 0.05 else "")
             + (f"; raw log {raw_log}" if raw_log else ""))
 

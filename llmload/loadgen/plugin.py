@@ -31,6 +31,7 @@ import signal
 import sys
 import tempfile
 import time
+import uuid
 import weakref
 from pathlib import Path
 
@@ -42,12 +43,14 @@ from locust.runners import STATE_RUNNING, STATE_SPAWNING, MasterRunner, WorkerRu
 from llmload.core.records import DatasetError, PromptRecord
 from llmload.core.rawlog import RawLogWriter
 from llmload.loadgen.budget import Budget, Ticket, TicketPool
+from llmload.loadgen.clock import LoopProbe
 from llmload.loadgen.cluster import REPORT_KEY, code_version, fingerprint, shard_folder
 from llmload.loadgen.live import LiveBoard
 from llmload.loadgen.master import MasterRole
 from llmload.loadgen.monitor import ResourceMonitor
 from llmload.loadgen.options import LoadSettings, SettingsError, add_arguments, strict_parsing
 from llmload.loadgen.outputs import end_line, stop_locust_csv_writer, summary_data, write_final_csv, write_json
+from llmload.loadgen.prometheus import Exporter, Scrape
 from llmload.loadgen.prompts import ModelLookup, Prompts
 from llmload.loadgen.rows import LocustRows
 from llmload.loadgen.schedule import Schedule
@@ -73,6 +76,9 @@ class LoadPlugin:
         self.master: MasterRole | None = None
         self.worker: WorkerRole | None = None
         self.monitor = ResourceMonitor()
+        self.probe = LoopProbe(lambda: self.sink.in_flight > 0)
+        self.exporter: Exporter | None = None
+        self._run_id = ""  # standalone; a distributed run's is the master's
         self.watch = Watch()
         self.finishing = False
         self.stopped = False
@@ -111,6 +117,13 @@ class LoadPlugin:
         return self.sink.raw_log
 
     @property
+    def run_id(self) -> str:
+        """The current run's id (a distributed run's is the master's): the ``run`` of the summary and /metrics."""
+        if self.master is not None:
+            return self.master.run
+        return self.worker.run if self.worker is not None else self._run_id
+
+    @property
     def fingerprint(self) -> dict:
         if self._fingerprint is None:
             self._fingerprint = fingerprint(self.started_with, self.tasks(), code_version())
@@ -136,6 +149,9 @@ class LoadPlugin:
             if self.settings.api != "chat" and any(getattr(c, "needs_chat", False) for c in self.user_classes()):
                 raise SettingsError("conversations carry their history as chat messages: use --api chat")
         self.set_role()
+        if self.settings.prometheus_port is not None and not self.is_worker and self.exporter is None:
+            self.exporter = Exporter(self._scrape)
+            self.exporter.start(self.settings.prometheus_host, self.settings.prometheus_port)
         if self.settings.shape and not self.is_worker:
             from llmload.loadgen.shapes import install_shape  # imports locust's shape machinery only when asked
 
@@ -172,6 +188,8 @@ class LoadPlugin:
             self.sink = self.worker.start(self.settings, rows)
         else:
             self._start_lead(rows)
+        if self.master is None:  # the processes that send requests measure their own timing error
+            self.board.clock[""] = self.probe.start()
         self._spawn(self._tick)
 
     def _start_lead(self, rows: LocustRows) -> None:
@@ -181,7 +199,8 @@ class LoadPlugin:
                             settings.seed) if settings.open_loop else None
         self.budget = Budget(settings.requests, settings.warmup, schedule) if self.needs_tickets else None
         path = settings.raw_log_path or self._web_ui_raw_log()
-        self.sink = ResultSink(settings.slo, None, rows)
+        self._run_id = uuid.uuid4().hex[:12]
+        self.sink = ResultSink(settings.slo, None, rows, histograms=settings.prometheus_port is not None)
         if path is not None:
             try:
                 self.sink.raw_log = RawLogWriter(path)
@@ -195,6 +214,7 @@ class LoadPlugin:
         for greenlet in self._greenlets:
             greenlet.kill(block=False)
         self._greenlets = []
+        self.probe.stop()
         if self.worker is not None:
             self.worker.send_final(self.worker.run)
             return
@@ -212,6 +232,8 @@ class LoadPlugin:
         if self.is_worker:
             return
         self.monitor.stop()
+        if self.exporter is not None:
+            self.exporter.stop()
         if getattr(self.environment.parsed_options, "html_file", None):
             from llmload.loadgen.webui import write_html_extras  # flask: only for --html
 
@@ -230,6 +252,9 @@ class LoadPlugin:
         if self.board.total().requests:
             log.info(end_line(self.board, path, self.settings.price_per_hour))
         self._say(final=True)
+
+    def _scrape(self) -> Scrape:
+        return Scrape(self.run_id, self.board, getattr(self.runner, "user_count", 0))
 
     def _web_ui_raw_log(self) -> Path | None:
         """With the web UI and no --csv/--raw-log: a temporary raw log, so that the UI's download works."""
@@ -412,7 +437,7 @@ class LoadPlugin:
             return None
         data = summary_data(self.board, self.settings, getattr(self.environment.parsed_options, "num_users", None),
                             self.watch.lag_warned, self.raw_log.path if self.raw_log is not None else None,
-                            self.master.workers_summary() if self.master is not None else None)
+                            self.master.workers_summary() if self.master is not None else None, self.run_id)
         try:
             return write_json(path, data)
         except OSError as exc:

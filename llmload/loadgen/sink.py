@@ -50,12 +50,13 @@ class ResultSink:
     """Counts results into a board, a raw log (or shard) and Locust's rows; cuts reports on a worker."""
 
     def __init__(self, slo: SLO | None, raw_log: RawLogWriter | None,
-                 rows: Callable[[RequestResult, RequestMetrics], None] | None = None, delta: bool = False):
+                 rows: Callable[[RequestResult, RequestMetrics], None] | None = None, delta: bool = False,
+                 histograms: bool = False):
         self.slo = slo
         self.raw_log = raw_log
         self.rows = rows
         self.delta = delta  # a worker: the board holds what was counted since the last cut
-        self.board = LiveBoard()
+        self.board = LiveBoard(histograms=histograms)
         self.done = 0
         self.in_flight = 0
 
@@ -98,8 +99,10 @@ class ResultSink:
         board, at = self.board, time.time()
         wire = board.to_wire()
         if self.delta:
-            self.board = LiveBoard()
-            self.board.reach[""] = board.reach[""]  # a gauge: it goes on
+            self.board = LiveBoard(histograms=board.keeps_histograms)
+            self.board.reach[""] = board.reach[""]  # the gauges go on
+            if "" in board.clock:
+                self.board.clock[""] = board.clock[""]
         shard = None
         if self.raw_log is not None and self.raw_log.keep:
             offset, data, lines = self.raw_log.take()

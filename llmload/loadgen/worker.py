@@ -51,7 +51,7 @@ class WorkerRole:
         """This run's id and shard, from the master's options; the sink that counts into them."""
         run = getattr(self.plugin.environment.parsed_options, RUN_OPTION, None) or {}
         self.run, self.final_sent, self.drained, self.returned = run.get("id", ""), False, False, 0
-        sink = ResultSink(settings.slo, None, rows, delta=True)
+        sink = ResultSink(settings.slo, None, rows, delta=True, histograms=settings.prometheus_port is not None)
         if run.get("shards"):
             path = shard_path(Path(run["shards"]), self.runner.worker_index, self.runner.client_id)
             try:
