@@ -36,7 +36,7 @@ from reports.run import (CellData, RunData, describe_key, group_key, load_run, r
 from reports.tokens import REQUEST_COLUMNS, SERVER_COLUMNS, find_tokenizer, reconcile
 
 IDENTITY = ["server", "task", "mode", "concurrency", "rate", "repeat", "phase", "status"]
-TRAILER = ["token_source", "chunk_token_source", "locust_requests", "error"]
+TRAILER = ["token_source", "chunk_token_source", "client_error_ms", "client_error_flags", "locust_requests", "error"]
 #: Columns compared between servers: the throughputs and the headline latency statistics.
 RATIO_COLUMNS = [c for c in headline_columns()
                  if c in ("request_throughput", "output_token_throughput")
@@ -122,6 +122,7 @@ def cell_row(data: CellData, calibration: Calibration | None = None) -> dict:
         row.update(requests.counts())
         found = cell_intervals(requests, data.cell.key + (data.cell.phase,))
         with_intervals(row, calibrated(found, spreads_for(calibration, row)))
+    row.update(sections.client_error([data], data.summary))
     row["_requests"] = requests if data.ok else None
     row.update(data.peaks)
     return row
@@ -143,7 +144,9 @@ def group_row(key: tuple, cells: list[CellData], rows: dict[int, dict], calibrat
                 "chunk_token_source": token_source(ok, "chunk_tokens_source"),
                 "locust_requests": sum(c.locust_requests or 0 for c in ok)})
     requests = requests_of(ok)
-    row.update(pooled_summary(ok).flat())
+    pooled = pooled_summary(ok)
+    row.update(pooled.flat())
+    row.update(sections.client_error(ok, pooled))
     row["duration_s"] = sum(c.summary.duration_s for c in ok)  # the repeats' wall times, not the span between
     row.update(requests.counts())
     with_intervals(row, calibrated(cell_intervals(requests, ("group",) + key), spreads_for(calibration, row),
@@ -249,7 +252,8 @@ def build_report(run: RunData, baseline: str | None = None, tokenizer: str | Non
     return Report(run=run, baseline=base, rows=rows, groups=groups, ratios=ratio_rows(groups, base, calibration),
                   calibration=calibration, calibration_note=calibration_note, peaks=peak_columns(run.cells),
                   tokens=tokens, token_requests=token_requests,
-                  tokenizer_note=note, warnings=sections.lag_warnings(groups), capacity=capacity,
+                  tokenizer_note=note, warnings=sections.lag_warnings(groups) + sections.client_error_warnings(groups),
+                  capacity=capacity,
                   capacity_ratios=sections.capacity_ratios(capacity, base),
                   goodput_steps=sections.goodput_steps(run), repeats=sections.repeat_rows(groups),
                   turns=sections.turn_rows(run), series=sections.server_series(run),
@@ -338,10 +342,17 @@ def summary_table(rows: list[dict], peaks: list[str]) -> str:
         columns.append("token_source")
     if any(r.get("chunk_token_source") not in ("usage", "none", None) for r in rows):  # ITL not from the server
         columns.append("chunk_token_source")
+    columns += present(rows, ["client_error_ms"])
+
+    def text(column: str, row: dict, covers) -> str | None:
+        if column == "client_error_ms":  # a flag where the bound passes 5 % of the row's TTFT p50 or ITL mean
+            flagged = row.get("client_error_flags")
+            return number(row[column]) + (f" ! {flagged}" if flagged else "") if row.get(column) is not None else None
+        return estimate_text(column, row, covers)
 
     def line(row):
         covers = row_covers(row.get("_iv", {}).get(c) for c in columns)
-        return [_identity_cell(row, c) for c in ident] + [covers] + [estimate_text(c, row, covers) for c in columns]
+        return [_identity_cell(row, c) for c in ident] + [covers] + [text(c, row, covers) for c in columns]
 
     return render([line(r) for r in rows], [title(c) for c in ident] + ["intervals"] + [title(c) for c in columns])
 

@@ -8,6 +8,7 @@ through :mod:`llmload.core.runfiles`, :mod:`llmload.core.metrics` and
 from __future__ import annotations
 
 import csv
+import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,7 @@ class CellData:
     peaks: dict = field(default_factory=dict)
     monitor: object = None  # the monitor CSV as a DataFrame, None when absent
     locust_requests: int | None = None
+    client_error: dict | None = None  # the client-error block of the load generator's _summary.json
     status: str = ""  # the cell's status, "missing" when an ok cell lost its raw log
     error: str = ""
 
@@ -122,7 +124,17 @@ def load_cell(run_dir: Path, cell: Cell) -> CellData:
             raise ReportError(str(exc)) from None
         data.peaks = peak_usage(data.monitor)
     data.locust_requests = locust_request_count(files.locust_stats)
+    data.client_error = stated_client_error(files.summary)
     return data
+
+
+def stated_client_error(summary: Path) -> dict | None:
+    """The ``client_error`` block of a cell's ``_summary.json`` (None: no file, an older one, or unreadable)."""
+    try:
+        block = json.loads(summary.read_text(encoding="utf-8")).get("client_error")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return block if isinstance(block, dict) and block.get("bound_ms") is not None else None
 
 
 def load_run(run_dir: str | Path) -> RunData:

@@ -19,7 +19,8 @@ import datetime as dt
 import numpy as np
 
 from llmload.core.calibration import Calibration
-from llmload.core.metrics import SLO, ratio
+from llmload.core.clienterror import FLAG_SHARE, FLAGGED, figures_of, flags
+from llmload.core.metrics import SLO, RunSummary, ratio
 from llmload.core.sequential import UNDECIDED, interval_at
 from llmload.core.stats import Interval, has_enough, min_samples
 from reports.calibrate import spreads_for
@@ -59,6 +60,31 @@ def lag_warnings(groups: list[dict]) -> list[str]:
             lines.append(f"warning: {describe(row)}: dispatch lag p99 {lag * 1000:.1f} ms{small} > "
                          f"{LAG_WARN_S * 1000:g} ms: the load generator fell behind its schedule "
                          "(the *_sched latencies include the lag)")
+    return lines
+
+
+def client_error(cells: list, summary: RunSummary | None) -> dict:
+    """``client_error_ms`` (the largest bound its runs stated of themselves) and ``client_error_flags`` (the exact
+    figures of ``summary``, TTFT p50 and ITL mean, it passes 5 % of) of a cell or a group of repeats."""
+    bounds = [c.client_error["bound_ms"] for c in cells if c.client_error]
+    if not bounds:
+        return {}
+    bound = max(bounds)
+    found = flags(bound / 1000.0, figures_of(summary)) if summary is not None else []
+    return {"client_error_ms": bound, "client_error_flags": ",".join(found) or None}
+
+
+def client_error_warnings(groups: list[dict]) -> list[str]:
+    """One line per cell whose client-error bound passes 5 % of its TTFT p50 or ITL mean."""
+    lines = []
+    for row in groups:
+        if row.get("status") != "ok" or not row.get("client_error_flags"):
+            continue
+        figures = [f"{FLAGGED[name][1]} ({row[FLAGGED[name][0]] * 1000:.1f} ms)"
+                   for name in row["client_error_flags"].split(",")]
+        lines.append(f"warning: {describe(row)}: the client's timing error may reach {row['client_error_ms']:.1f} ms, "
+                     f"more than {FLAG_SHARE:.0%} of {' and '.join(figures)}: the load generator's machine was busy "
+                     "(add workers, or run it on a machine of its own)")
     return lines
 
 

@@ -24,20 +24,20 @@ from dataclasses import dataclass, field
 
 from ddsketch import DDSketch
 
-from llmload.core.metrics import SKETCH_RELATIVE_ACCURACY, sketch_from_bytes, sketch_to_bytes
-from llmload.core.stats import min_samples
+from llmload.core.metrics import SKETCH_RELATIVE_ACCURACY, RunSummary, sketch_from_bytes, sketch_to_bytes
+from llmload.core.stats import min_samples, quantile_of
 
 #: Seconds between two probe wake-ups (20 samples a second while requests are in flight).
 PROBE_INTERVAL_S = 0.05
-#: The quantile of the probe's delays that makes the bound.
-BOUND_QUANTILE = 0.99
+#: The statistic of the probe's delays that makes the bound.
 BOUND_STAT = "p99"
+BOUND_QUANTILE = quantile_of(BOUND_STAT)
 #: A figure whose bound passes this share of it is flagged.
 FLAG_SHARE = 0.05
 #: Client CPU (share of one core) from which the process is called saturated.
 SATURATED_CPU = 0.9
-#: The figures a bound is compared with: summary column -> the flag's name.
-FLAGGED_FIGURES = {"ttft_p50": "ttft", "itl_mean": "itl"}
+#: The figures a bound is compared with: the flag's name -> (summary column, title).
+FLAGGED = {"ttft": ("ttft_p50", "TTFT p50"), "itl": ("itl_mean", "ITL mean")}
 
 
 def _sketch() -> DDSketch:
@@ -63,13 +63,16 @@ class ClockReading:
         return self.delays.get_quantile_value(q) if self.samples else None
 
     @property
+    def basis(self) -> str:
+        """What the bound is: :data:`BOUND_STAT`, or ``max`` below the samples that quantile needs."""
+        return BOUND_STAT if self.samples >= min_samples(BOUND_STAT) else "max"
+
+    @property
     def bound(self) -> float | None:
         """Seconds: the delays' :data:`BOUND_QUANTILE`, or their maximum below the samples that quantile needs."""
         if not self.samples:
             return None
-        if self.samples < min_samples(BOUND_STAT):
-            return self.delays.get_quantile_value(1.0)
-        return self.delays.get_quantile_value(BOUND_QUANTILE)
+        return self.delays.get_quantile_value(BOUND_QUANTILE if self.basis == BOUND_STAT else 1.0)
 
     @property
     def cpu_share(self) -> float | None:
@@ -93,7 +96,7 @@ class ClockReading:
             return None if value is None else round(value * 1000.0, 3)
 
         share = self.cpu_share
-        return {"bound_ms": ms(self.bound), "samples": self.samples,
+        return {"bound_ms": ms(self.bound), "basis": self.basis, "samples": self.samples,
                 "loop_delay_ms": {"p50": ms(self.quantile(0.5)), "p90": ms(self.quantile(0.9)),
                                   "p99": ms(self.quantile(0.99)), "max": ms(self.quantile(1.0))},
                 "cpu_pct": None if share is None else round(100.0 * share, 1),
@@ -106,13 +109,26 @@ def worst(readings: dict[str, ClockReading]) -> tuple[str, ClockReading] | None:
     return max(measured, key=lambda item: item[1].bound) if measured else None
 
 
+def figures_of(summary: RunSummary) -> dict[str, float | None]:
+    """The figures a bound is compared with (seconds, by summary column): TTFT p50 and ITL mean, the exact mean
+    of every gap where the summary has it (the reports'), else the TPOT mean (the live figures', which keep no
+    gaps: the mean gap of each request, averaged)."""
+    itl = summary.get("itl", "mean")
+    return {"ttft_p50": summary.get("ttft", "p50"), "itl_mean": itl if itl is not None else summary.get("tpot", "mean")}
+
+
 def flags(bound_s: float | None, figures: dict[str, float | None]) -> list[str]:
     """The figures (``ttft``, ``itl``) whose value in ``figures`` (by summary column, seconds) the bound passes
     :data:`FLAG_SHARE` of."""
     if bound_s is None:
         return []
-    return [name for column, name in FLAGGED_FIGURES.items()
+    return [name for name, (column, _title) in FLAGGED.items()
             if figures.get(column) and bound_s > FLAG_SHARE * figures[column]]
+
+
+def flag_text(names: list[str]) -> str:
+    """``TTFT p50 and ITL mean`` of flag names."""
+    return " and ".join(FLAGGED[name][1] for name in names)
 
 
 def summary_block(readings: dict[str, ClockReading], figures: dict[str, float | None],
@@ -123,9 +139,9 @@ def summary_block(readings: dict[str, ClockReading], figures: dict[str, float | 
     if found is None:
         return None
     name, reading = found
-    block = {**reading.to_dict(), "quantile": BOUND_STAT, "worst_worker": name or None,
+    block = {**reading.to_dict(), "worst_worker": name or None,
              "compared_with_ms": {column: None if figures.get(column) is None else round(figures[column] * 1000.0, 3)
-                                  for column in FLAGGED_FIGURES},
+                                  for column, _title in FLAGGED.values()},
              "flags": flags(reading.bound, figures),
              "dispatch_lag_p99_ms": None if dispatch_lag_p99_s is None else round(dispatch_lag_p99_s * 1000.0, 3)}
     workers = {n: r for n, r in readings.items() if n}
@@ -139,9 +155,8 @@ def describe(block: dict | None) -> str:
     if not block or block.get("bound_ms") is None:
         return ""
     cpu = "" if block.get("cpu_pct") is None else f", client CPU {block['cpu_pct']:.0f} %"
-    text = (f", client error <= {block['bound_ms']:.1f} ms ({block['quantile']} of {block['samples']:,} loop "
+    text = (f", client error <= {block['bound_ms']:.1f} ms ({block['basis']} of {block['samples']:,} loop "
             f"samples{cpu})")
-    flagged = [f"{'TTFT p50' if f == 'ttft' else 'ITL mean'}" for f in block.get("flags", [])]
-    if flagged:
-        text += f" [over {FLAG_SHARE:.0%} of {' and '.join(flagged)}]"
+    if block.get("flags"):
+        text += f" [over {FLAG_SHARE:.0%} of {flag_text(block['flags'])}]"
     return text

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 
 from ddsketch import DDSketch
 
-from llmload.core.clienterror import ClockReading, summary_block
+from llmload.core.clienterror import ClockReading, figures_of, summary_block
 from llmload.core.metrics import (SKETCH_RELATIVE_ACCURACY, LiveStats, RequestMetrics, RequestResult, RunSummary,
                                   sketch_from_bytes, sketch_to_bytes)
 from llmload.loadgen.histograms import TaskHistograms
@@ -279,11 +279,9 @@ class LiveBoard:
 
     def client_error(self, total: RunSummary | None = None) -> dict | None:
         """The run's client-error bound (its worst process's) against its TTFT p50 and ITL mean, with the flags
-        (:func:`~llmload.core.clienterror.summary_block`); live, the ITL mean is the TPOT mean (the mean gap of
-        each request). None before any probe sample."""
+        (:func:`~llmload.core.clienterror.summary_block`). None before any probe sample."""
         total = total or self.total()
-        return summary_block(self.clock, {"ttft_p50": total.get("ttft", "p50"), "itl_mean": total.get("tpot", "mean")},
-                             total.get("dispatch_lag", "p99"))
+        return summary_block(self.clock, figures_of(total), total.get("dispatch_lag", "p99"))
 
     def summaries(self) -> dict[str, RunSummary]:
         """Run-so-far summary per task, and over all tasks (key ``"all"``) when there are several."""

@@ -38,6 +38,7 @@ from pathlib import Path
 
 from flask import Blueprint, Response, request, send_from_directory, stream_with_context
 
+from llmload.core.clienterror import FLAG_SHARE, figures_of, flag_text, flags, worst
 from llmload.core.metrics import RunSummary, column_scale, column_title, headline_columns
 from llmload.loadgen.live import HISTORY_S
 
@@ -65,13 +66,26 @@ def columns() -> list[str]:
     return headline_columns()
 
 
+#: The table's last column: the run's client-error bound, flagged where it passes 5 % of the row's figures.
+CLIENT_ERROR = {"key": "clienterror", "title": "client error ms"}
+
+
 def structure() -> list[dict]:
     """The table's columns as Locust's extended table declares them: ``[{"key", "title"}]``."""
-    return [{"key": "task", "title": "Task"}] + [{"key": ui_key(c), "title": column_title(c)} for c in columns()]
+    return ([{"key": "task", "title": "Task"}] + [{"key": ui_key(c), "title": column_title(c)} for c in columns()]
+            + [CLIENT_ERROR])
 
 
-def summary_row(task: str, summary: RunSummary) -> dict:
-    """One table row (formatted strings) of a run summary."""
+def client_error_text(bound_s: float | None, summary: RunSummary) -> str:
+    """``1.20``, or ``6.40 > 5 % of TTFT p50`` where the bound passes the share of a figure of ``summary``."""
+    if bound_s is None:
+        return ""
+    flagged = flags(bound_s, figures_of(summary))
+    return f"{bound_s * 1000:.2f}" + (f" > {FLAG_SHARE:.0%} of {flag_text(flagged)}" if flagged else "")
+
+
+def summary_row(task: str, summary: RunSummary, bound_s: float | None = None) -> dict:
+    """One table row (formatted strings) of a run summary, with the run's client-error bound."""
     flat = summary.flat()
     row = {"task": task}
     for column in columns():
@@ -81,11 +95,14 @@ def summary_row(task: str, summary: RunSummary) -> dict:
             row[ui_key(column)] = f"{shown:.2f}" if abs(shown) < 100 else f"{shown:.1f}"
         else:
             row[ui_key(column)] = "" if value is None else value
+    row[CLIENT_ERROR["key"]] = client_error_text(bound_s, summary)
     return row
 
 
 def board_rows(board) -> list[dict]:
-    return [summary_row(task, s) for task, s in board.summaries().items()]
+    found = worst(board.clock)
+    bound = found[1].bound if found else None
+    return [summary_row(task, s, bound) for task, s in board.summaries().items()]
 
 
 def dumps(data) -> str:
