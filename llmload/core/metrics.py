@@ -230,6 +230,10 @@ class SLO:
         """Targets in milliseconds, only those that are set."""
         return {k: getattr(self, k) * 1000 for k in self.KEYS if getattr(self, k) is not None}
 
+    def argument(self) -> str:
+        """``ttft=500,e2e=4000`` (milliseconds): the text :meth:`parse` reads back, as ``--slo`` takes it."""
+        return ",".join(f"{key}={value:g}" for key, value in self.to_dict().items())
+
 
 # --------------------------------------------------------------------------- the catalogue
 

@@ -10,6 +10,7 @@ master's values are sent to the workers by Locust, so options go to the master.
 from __future__ import annotations
 
 import argparse
+import socket
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -63,6 +64,23 @@ def ramp_type(text: str) -> tuple[tuple[float, int], ...]:
     if steps == 1:
         return ((length, last),)
     return tuple((length / steps, round(first + (last - first) * i / (steps - 1))) for i in range(steps))
+
+
+def metrics_port_error(host: str, port: int, exc: OSError) -> str:
+    """The one line said when ``/metrics`` cannot be served on ``host:port``."""
+    return (f"--prometheus-port {port}: cannot serve /metrics on {host}:{port}: {exc.strerror or exc} "
+            "(another process has the port? pick another)")
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Bind ``host:port`` as the /metrics server will (and let go): :class:`SettingsError` when it cannot."""
+    try:
+        family, kind, proto, _name, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as http.server binds
+            probe.bind(address)
+    except OSError as exc:
+        raise SettingsError(metrics_port_error(host, port, exc)) from None
 
 
 def _from_form(f, text: str, convert):
@@ -254,6 +272,8 @@ class LoadSettings:
                                 f"not to --arrival {self.arrival}")
         if self.prometheus_host != "0.0.0.0" and self.prometheus_port is None:
             raise SettingsError("--prometheus-host is where /metrics binds: give --prometheus-port PORT too")
+        if self.prometheus_port is not None:
+            check_port_free(self.prometheus_host, self.prometheus_port)
         if self.stages and self.ramp:
             raise SettingsError("--stages and --ramp are two load shapes: give one")
         self.chunk_counter()  # a tokenizer that cannot load is bad input, said before the run starts
@@ -271,6 +291,10 @@ def strict_parsing(parser) -> None:
             LoadSettings.from_options(options).check()
         except SettingsError as exc:
             parser.error(str(exc))
+        if isinstance(getattr(options, "slo", None), SLO):
+            # Locust sends the master's options to its workers through msgpack, which cannot carry an SLO:
+            # keep its text (LoadSettings.from_options reads it back, as it reads the web UI's form)
+            options.slo = options.slo.argument()
         return options
 
     parser.parse_args = parse_and_check

@@ -28,7 +28,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from llmload.core.metrics import METRIC_BY_NAME
 from llmload.loadgen.histograms import EDGES
 from llmload.loadgen.live import LiveBoard
-from llmload.loadgen.options import SettingsError
+from llmload.loadgen.options import SettingsError, metrics_port_error
 
 PREFIX = "llmload_"
 LOCAL = "local"  # the worker label of a standalone run's own process
@@ -120,8 +120,7 @@ class Exporter:
         try:
             self._server, _thread = start_http_server(port, host, self.registry)
         except OSError as exc:
-            raise SettingsError(f"--prometheus-port {port}: cannot serve /metrics on {host}:{port}: "
-                                f"{exc.strerror or exc} (another process has the port? pick another)") from None
+            raise SettingsError(metrics_port_error(host, port, exc)) from None
 
     def stop(self) -> None:
         server, self._server = self._server, None

@@ -83,7 +83,7 @@ def loadgen_flags() -> frozenset[str]:
 
 def slo_argument(slo: SLO) -> str:
     """``ttft=500,e2e=4000`` (milliseconds), as the load generator's ``--slo`` takes it."""
-    return ",".join(f"{key}={value:g}" for key, value in slo.to_dict().items())
+    return slo.argument()
 
 
 def with_slo(results: list[RequestResult], slo: SLO | None) -> list[RequestResult]:
