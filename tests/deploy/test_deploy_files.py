@@ -94,6 +94,8 @@ def test_compose_runs_a_master_and_its_workers():
     prompts = {v["target"] for s in ("master", "worker") for v in services[s]["volumes"] if "prompts" in v["target"]}
     assert prompts == {"/etc/llmload/prompts.jsonl"}
     assert services["server"]["profiles"] == ["mock"]
+    metrics = flag(master, "--prometheus-port")  # the master's /metrics, published for Prometheus
+    assert f"{metrics}:{metrics}" in services["master"]["ports"]
 
 
 # ---------------------------------------------------------------------- Kubernetes
@@ -138,7 +140,10 @@ def test_kubernetes_manifests_fit_together():
         assert volumes["config"]["configMap"]["name"] == config["metadata"]["name"]
     assert service["spec"]["selector"].items() <= master["spec"]["template"]["metadata"]["labels"].items()
     ports = {p["name"] for p in container(master)["ports"]}
-    assert {p["targetPort"] for p in service["spec"]["ports"]} == ports == {"web", "workers"}
+    assert {p["targetPort"] for p in service["spec"]["ports"]} == ports == {"web", "workers", "metrics"}
+    metrics = next(p["containerPort"] for p in container(master)["ports"] if p["name"] == "metrics")
+    annotations = master["spec"]["template"]["metadata"]["annotations"]  # where an annotation-based scrape looks
+    assert int(flag(master_cmd, "--prometheus-port")) == metrics == int(annotations["prometheus.io/port"])
 
 
 @pytest.mark.unit
@@ -218,7 +223,7 @@ def test_the_deploy_commands_run_a_distributed_test(server_factory, tmp_path):
     (etc / "prompts.jsonl").write_text(by_kind("ConfigMap", "llmload-config")["data"]["prompts.jsonl"])
     conf = (DEPLOY / "locust.conf").read_text().replace("/etc/llmload", str(etc)).replace("/results", str(results))
     (etc / "locust.conf").write_text(conf)
-    services, port = compose()["services"], free_port()
+    services, port, metrics_port = compose()["services"], free_port(), free_port()
     dockerfile = (DEPLOY / "Dockerfile").read_text()
     assert "WORKDIR /llmload" in dockerfile and "PYTHONPATH=/llmload" in dockerfile  # the image runs its source tree
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "LOCUST_HOST": url}
@@ -226,6 +231,8 @@ def test_the_deploy_commands_run_a_distributed_test(server_factory, tmp_path):
     def local(command: list[str]) -> list[str]:
         command = [interpolate(a, {"LLMLOAD_WORKERS": "2"}).replace("/etc/llmload", str(etc)) for a in command]
         command = ["127.0.0.1" if a == "master" else a for a in command]
+        if "--prometheus-port" in command:  # the master's /metrics, on a free port here
+            command[command.index("--prometheus-port") + 1] = str(metrics_port)
         return [sys.executable, "-m", "locust", *command[1:]]
 
     master = subprocess.Popen(local(services["master"]["command"]) + [
