@@ -608,7 +608,7 @@ def main(argv: list[str] | None = None) -> int:
     if bounded:
         print(f"\nLocust's client-error bound ({BOUND_STAT} of its loop probe's delays; their max below "
               f"{min_samples(BOUND_STAT)} samples) against its true error (TTFT; and every chunk's stamp, what a gap "
-              f"is off by); capacity runs saturate the client:\n{bound_table(bounded)}")
+              f"is off by); capacity runs have every token due at once:\n{bound_table(bounded)}")
     if rates:
         print(f"\nrate (open loop, constant spacing; mock TTFT 50 ms, ITL 10 ms, {args.rate_tokens}-token answers; "
               f"lag = sent - intended start; vllm bench serve saves no intended starts: its lags are estimated "
