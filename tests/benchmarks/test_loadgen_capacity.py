@@ -42,12 +42,18 @@ def test_locust_capacity_and_accuracy_end_to_end(tmp_path, capsys):
         assert row["chunks_per_s"] == pytest.approx(row["requests_per_s"] * load["answer_tokens"], rel=1e-6)
         assert row["client_cpu_pct"] is not None and row["server_cpu_pct"] is not None
         assert row["ttft_error_ms"]["p50"] >= 0  # a client cannot see a token before the server sent it
+        assert row["stamp_error_ms"]["p99"] >= row["stamp_error_ms"]["p50"] >= 0
+        if row["bound_ms"] is not None:  # the bound the run stated (a run of a fraction of a second may have none)
+            assert row["bound_samples"] > 0 and row["bound_ms"] >= 0
+            assert 0 <= row["covered_pct"]["ttft"] <= 100 and 0 <= row["covered_pct"]["stamps"] <= 100
+    assert any(row["bound_ms"] is not None for row in rows), rows
     accuracy = [r for r in rows if r["workload"]["part"] == "accuracy"]
     for row in accuracy:
         assert 20 <= row["ttft_true_p50_ms"] < 500  # the mock's 20 ms schedule, plus the server's own lateness
         assert row["ttft_error_ms"]["p50"] < 50  # loopback plus scheduling, on a shared machine
     assert "capacity (mock TTFT 0, ITL 0" in printed.out and "accuracy (mock TTFT 20 ms" in printed.out
     assert "locust: at most" in printed.out and "locust: TTFT error p50" in printed.out
+    assert "Locust's client-error bound (p99 of its loop probe's delays" in printed.out
     # the raw files stay for inspection
     assert (out / "locust-accuracy-u4-t8_requests.jsonl").is_file()
     assert (out / "accuracy_server_record.jsonl").is_file()

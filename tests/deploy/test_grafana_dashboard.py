@@ -7,6 +7,7 @@ import json
 import re
 import time
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -15,6 +16,8 @@ from llmload.core.metrics import RequestResult, request_metrics
 from llmload.core.paths import REPO_ROOT
 from llmload.loadgen.live import LiveBoard
 from llmload.loadgen.prometheus import LiveCollector, Scrape
+
+pytestmark = pytest.mark.unit
 
 DASHBOARD = REPO_ROOT / "deploy" / "grafana" / "llmload.json"
 SERIES = re.compile(r"\b(llmload_[a-z0-9_]+)\b")

@@ -26,6 +26,8 @@ from llmload.core.rawlog import read_results
 from llmload.core.services import free_port
 from locust_helpers import locust_command, output, run_locust, write_prompts
 
+pytestmark = pytest.mark.integration
+
 REQUESTS = 80
 SCRAPE_EVERY_S = 0.15
 RUN_LIMIT_S = 120.0

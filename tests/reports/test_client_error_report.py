@@ -6,10 +6,13 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from reports.merge import build_report, merge_run
 from reports.run import load_run
 from report_helpers import ScriptedRun, closed_loop, read_csv
+
+pytestmark = pytest.mark.unit
 
 
 def stated(cell, run: ScriptedRun, bound_ms: float | None) -> None:

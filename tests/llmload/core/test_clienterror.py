@@ -9,6 +9,8 @@ from llmload.core.clienterror import (FLAG_SHARE, ClockReading, describe, figure
 from llmload.core.metrics import RequestResult, summarize
 from llmload.core.stats import min_samples
 
+pytestmark = pytest.mark.unit
+
 
 def reading(delays_ms, cpu_s: float = 1.0, wall_s: float = 4.0) -> ClockReading:
     found = ClockReading(cpu_s=cpu_s, wall_s=wall_s)

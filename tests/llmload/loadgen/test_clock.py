@@ -5,8 +5,11 @@ from __future__ import annotations
 import time
 
 import gevent
+import pytest
 
 from llmload.loadgen.clock import LoopProbe
+
+pytestmark = [pytest.mark.unit, pytest.mark.serial]  # wall-clock bounds on the loop's delays
 
 INTERVAL_S = 0.02
 STALL_S = 0.04

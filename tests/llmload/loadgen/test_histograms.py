@@ -15,6 +15,8 @@ from llmload.loadgen.live import LiveBoard
 from llmload.loadgen.sink import ResultSink
 from test_live import feed, result
 
+pytestmark = pytest.mark.unit
+
 
 def over_the_wire(board: LiveBoard) -> LiveBoard:
     return LiveBoard.from_wire(msgpack.unpackb(msgpack.packb(board.to_wire()), raw=False))

@@ -14,6 +14,8 @@ from llmload.loadgen.live import LiveBoard
 from llmload.loadgen.prometheus import LOCAL, LiveCollector, Scrape
 from test_live import feed
 
+pytestmark = pytest.mark.unit
+
 
 def scrape(board: LiveBoard, run: str = "r1", users: int = 3) -> dict[str, list]:
     """Samples by name: ``[(labels, value), ...]``."""
