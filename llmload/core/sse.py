@@ -79,8 +79,8 @@ class SSEDecoder:
     def flush(self) -> SSEEvent | None:
         """The pending event at end of stream, if the last one was not closed by a blank line."""
         tail, self._tail = self._tail, b""
-        events = self._lines([tail]) if tail else []
-        return events[0] if events else self._dispatch()
+        events = self._lines([tail, b""] if tail else [b""])  # the end of the stream ends the event
+        return events[0] if events else None
 
     def _lines(self, lines: list[bytes]) -> list[SSEEvent]:
         events = []
@@ -89,12 +89,13 @@ class SSEDecoder:
             if line.startswith(b"data: "):  # nearly every line: taken without splitting it up
                 data.append(line[6:].rstrip(b"\r") if line.endswith(b"\r") else line[6:])
                 continue
-            line = line.rstrip(b"\r")
-            if not line:
-                event = self._dispatch()
-                if event is not None:
-                    events.append(event)
+            if not line or not line.rstrip(b"\r"):  # a blank line ends the event
+                if data:
+                    events.append(SSEEvent(data[0] if len(data) == 1 else b"\n".join(data), self._event))
+                    data.clear()
+                self._event = ""  # an event without data is not dispatched (the SSE standard)
                 continue
+            line = line.rstrip(b"\r")
             if line.startswith(b":"):  # comment / keep-alive
                 continue
             name, _, value = line.partition(b":")
@@ -106,16 +107,6 @@ class SSEDecoder:
                 self._event = value.decode("utf-8")
             # "id" and "retry" carry nothing the OpenAI protocol uses.
         return events
-
-    def _dispatch(self) -> SSEEvent | None:
-        data = self._data
-        if not data:
-            self._event = ""  # an event without data is not dispatched (the SSE standard)
-            return None
-        event = SSEEvent(data[0] if len(data) == 1 else b"\n".join(data), self._event)
-        data.clear()
-        self._event = ""
-        return event
 
 
 def iter_events(pieces: Iterable[bytes | str]) -> Iterator[SSEEvent]:
