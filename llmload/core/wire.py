@@ -1,7 +1,8 @@
 """The OpenAI wire format: request bodies, and responses turned into raw measurements.
 
-No sockets and no Locust here. A streamed response is fed line by line with each
-line's arrival time (seconds from the request's start) to :class:`StreamReader`;
+No sockets and no Locust here. A streamed response is fed as it arrives (whole
+socket reads, or lines) with each piece's arrival time (seconds from the
+request's start) to :class:`StreamReader`;
 a sync response's body goes to :func:`read_body`. Both give a :class:`Outcome`:
 the raw fields of a :class:`llmload.core.metrics.RequestResult` (output-chunk
 arrival times, token counts and, for a failed request, a one-line error).
