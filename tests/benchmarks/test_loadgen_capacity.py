@@ -155,6 +155,7 @@ def test_cli_rejects_bad_settings_in_one_line(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.integration
 def test_a_reference_checkout_runs_beside_and_the_tools_compare_as_ratios(tmp_path, capsys):
     out = tmp_path / "bench"
     code = main(["--tools", "locust", "--parts", "capacity", "--capacity-users", "2", "--capacity-requests", "30",
@@ -171,6 +172,7 @@ def test_a_reference_checkout_runs_beside_and_the_tools_compare_as_ratios(tmp_pa
                                               f"(no llmload/loadgen/ in it)"
 
 
+@pytest.mark.unit
 def test_capacity_ratios_pool_chunks_over_client_cpu_seconds():
     def run(tool, users, chunks_per_s, cpu_pct, duration_s=10.0, tokens=256):
         return Measurement(tool, Workload("capacity", users, 100, tokens), requests=100, chunks_per_s=chunks_per_s,
