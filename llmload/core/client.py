@@ -13,8 +13,8 @@ chunks stay uncounted (ITL per chunk, see :mod:`llmload.core.wire`).
 
 Timing: ``start_time`` is ``time.time()`` and ``t0`` is ``time.perf_counter()``,
 both taken right before the request is handed to the socket (the body is
-encoded before); every offset is ``perf_counter() - t0`` at the moment a line
-(stream) or the whole body (sync) was returned by the socket.
+encoded before); every offset is ``perf_counter() - t0`` at the moment the socket read that
+delivered an event (stream) or the last of the body (sync) returned.
 """
 
 from __future__ import annotations
@@ -133,9 +133,9 @@ class LLMClient:
         reader = StreamReader(self.params.api)
         end = time.perf_counter()
         try:
-            for line, arrived in response.lines():
+            for piece, arrived in response.reads():
                 end = arrived
-                if reader.feed(line, arrived - t0):
+                if reader.feed(piece, arrived - t0):
                     break
             else:
                 reader.end()
@@ -159,7 +159,7 @@ class LLMClient:
     def _drain(response: LineResponse) -> None:
         """Read what follows ``[DONE]`` (normally only the chunked-encoding end) to keep the connection."""
         try:
-            for _ in response.lines():
+            for _ in response.reads():
                 pass
         except TransportError:
             pass  # the answer is complete; a connection that fails now is simply not reused

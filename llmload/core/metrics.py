@@ -44,10 +44,10 @@ called P2FT):
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
+import msgspec
 import numpy as np
 from ddsketch import DDSketch
 
@@ -56,6 +56,10 @@ from llmload.core.records import known_fields
 
 MODES = ("sync", "stream")
 APIS = ("completion", "chat", "responses")
+
+
+#: Encodes a RequestResult for the raw log (its fields in order).
+_JSON = msgspec.json.Encoder()
 
 
 @dataclass
@@ -92,7 +96,8 @@ class RequestResult:
     chunk_tokens_source: str = "none"  # "usage" (continuous usage stats) | "tokenizer" | "chunks" (unknown)
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), ensure_ascii=False)
+        """One compact JSON object (msgspec: asdict would deep-copy every token's offset first)."""
+        return _JSON.encode(self).decode("utf-8")
 
     @classmethod
     def from_dict(cls, data: dict) -> "RequestResult":

@@ -1,7 +1,8 @@
 """The OpenAI wire format: request bodies, and responses turned into raw measurements.
 
-No sockets and no Locust here. A streamed response is fed line by line with each
-line's arrival time (seconds from the request's start) to :class:`StreamReader`;
+No sockets and no Locust here. A streamed response is fed as it arrives (whole
+socket reads, or lines) with each piece's arrival time (seconds from the
+request's start) to :class:`StreamReader`;
 a sync response's body goes to :func:`read_body`. Both give a :class:`Outcome`:
 the raw fields of a :class:`llmload.core.metrics.RequestResult` (output-chunk
 arrival times, token counts and, for a failed request, a one-line error).
@@ -26,6 +27,11 @@ Rules (the same for every server):
   (``"tokenizer"``, :class:`llmload.core.client.LLMClient`) or to none
   (``"chunks"``: ITL per chunk, flagged ``itl_per_chunk`` when usage shows
   chunks of several tokens);
+* per event, the common shapes (a chunk with ``choices`` and ``usage``, a
+  Responses delta event) are decoded by msgspec into typed structs that hold
+  only what these rules read; anything else (an error, an unexpected type, a
+  field missing, not JSON) is decoded whole and read by the same rules from
+  the dict, which gives every failure its one-line message;
 * ``data: {"error": ...}`` inside an HTTP 200 stream, Responses' ``error`` and
   ``response.failed`` events, a chunk that is not JSON or has no ``choices``,
   and a stream that ends without ``data: [DONE]`` (Responses: without
@@ -36,10 +42,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from itertools import accumulate
+from typing import Any, NamedTuple
+
+import msgspec
+from msgspec import UNSET, UnsetType
 
 from llmload.core.metrics import APIS, MODES
 from llmload.core.records import PromptRecord
-from llmload.core.sse import SSEDecoder, SSEEvent, SSEFormatError
+from llmload.core.sse import DONE, SSEDecoder, SSEEvent, SSEFormatError
 
 #: URL path of each API style.
 ENDPOINTS = {"completion": "/v1/completions", "chat": "/v1/chat/completions", "responses": "/v1/responses"}
@@ -224,8 +235,7 @@ def choice_text(api: str, choice: dict) -> str:
     return choice_piece(api, choice).answer
 
 
-@dataclass(frozen=True)
-class Usage:
+class Usage(NamedTuple):
     """A usage object's counts (None where absent), in either API's names."""
 
     output: int | None = None
@@ -248,6 +258,69 @@ def read_usage(usage: object) -> Usage | None:
         reasoning = _int(usage.get("reasoning_tokens"))  # some servers put it beside the totals
     return Usage(output=_int(usage.get("output_tokens" if responses else "completion_tokens")),
                  prompt=_int(usage.get("input_tokens" if responses else "prompt_tokens")), reasoning=reasoning)
+
+
+# --------------------------------------------------------------------------- the fast path's types
+# The fields the rules above read, with the types they accept. An event that does not fit (a wrong type, an
+# error, Responses' usage names) fails to decode or is turned down, and is read from its whole dict instead.
+
+
+class _Function(msgspec.Struct, gc=False):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class _ToolCall(msgspec.Struct, gc=False):
+    index: int | UnsetType = UNSET
+    function: _Function | None = None
+
+
+class _Message(msgspec.Struct, gc=False):
+    """A chat ``delta`` or ``message``."""
+
+    content: str | None = None
+    reasoning_content: str | None = None
+    reasoning: str | None = None
+    tool_calls: list[_ToolCall] | None = None
+
+
+class _Choice(msgspec.Struct, gc=False):
+    delta: _Message | None | UnsetType = UNSET
+    message: _Message | None = None
+    text: str | None = None
+
+
+class _Details(msgspec.Struct, gc=False):
+    reasoning_tokens: int | None = None
+
+
+class _Usage(msgspec.Struct, gc=False):
+    completion_tokens: int | None = None
+    prompt_tokens: int | None = None
+    completion_tokens_details: _Details | None = None
+    reasoning_tokens: int | None = None
+    output_tokens: Any = UNSET  # the Responses API's names: read by read_usage
+
+
+class _Chunk(msgspec.Struct, gc=False):
+    """A chat or completion stream chunk."""
+
+    choices: list[_Choice] | UnsetType = UNSET
+    usage: _Usage | None = None
+    error: Any = UNSET
+
+
+class _ResponsesDelta(msgspec.Struct, gc=False):
+    """A Responses stream event carrying generated text."""
+
+    type: str | None = None
+    delta: str | None = None
+    item_id: str | int | None = None
+
+
+_CHUNK = msgspec.json.Decoder(_Chunk)
+_RESPONSES_DELTA = msgspec.json.Decoder(_ResponsesDelta)
+_RESPONSES_DELTAS = RESPONSES_REASONING | RESPONSES_ANSWER | RESPONSES_TOOL
 
 
 # --------------------------------------------------------------------------- outcomes
@@ -295,15 +368,17 @@ def output_token_count(usage_tokens: int | None, chunks: int, flags: list[str]) 
 
 
 class StreamReader:
-    """Interprets one SSE response: feed each line with its arrival offset, then take :meth:`outcome`.
+    """Interprets one SSE response: feed the body as it arrives with its arrival offsets, then take :meth:`outcome`.
 
     :meth:`feed` returns True once the stream's end has arrived (``data: [DONE]``;
     Responses: ``response.completed``) and raises :class:`WireError` for an error
-    event or a malformed chunk.
+    event or a malformed chunk. ``fast=False`` reads every event from its whole
+    dict (the fast path's reference, for the tests).
     """
 
-    def __init__(self, api: str):
+    def __init__(self, api: str, fast: bool = True):
         self.api = api
+        self.fast = fast
         self.decoder = SSEDecoder()
         self.token_offsets: list[float] = []
         self.first_output: float | None = None
@@ -312,36 +387,41 @@ class StreamReader:
         self.texts: list[str] = []
         self.running: list[int | None] = []  # the server's running token count at each output chunk
         self.tools: set = set()
-        self.chars = 0
         self.events = 0
         self.done = False
         self.usage = Usage()
         self._last_offset = 0.0
 
-    def feed(self, line: bytes | str, offset: float) -> bool:
-        """Take one line received ``offset`` seconds after the request started."""
+    def feed(self, data: bytes | str, offset: float) -> bool:
+        """Take a piece of the body (a line, several, or part of one) received ``offset`` s after the start."""
         self._last_offset = offset
         try:
-            event = self.decoder.feed(line)
+            events = self.decoder.push(data)
         except UnicodeDecodeError as exc:
             raise WireError(f"malformed SSE: line is not UTF-8 ({exc.reason})") from None
-        if event is not None:
+        for event in events:
+            if self.done:
+                break  # nothing after the end counts
             self._event(event, offset)
         return self.done
 
     def end(self) -> bool:
         """The body ended: take a last event not closed by a blank line; True when the end was seen."""
-        event = self.decoder.flush()
-        if event is not None:
+        try:
+            event = self.decoder.flush()
+        except UnicodeDecodeError as exc:
+            raise WireError(f"malformed SSE: line is not UTF-8 ({exc.reason})") from None
+        if event is not None and not self.done:
             self._event(event, self._last_offset)
         return self.done
 
     def _event(self, event: SSEEvent, offset: float) -> None:
-        if self.done:
-            return  # nothing after the end counts
         self.events += 1
-        if event.is_done:
+        if event.raw == DONE:
             self.done = True
+            return
+        if self.fast and (self._responses_fast(event, offset) if self.api == "responses"
+                          else self._choices_fast(event.raw, offset)):
             return
         try:
             chunk = event.json()
@@ -351,6 +431,62 @@ class StreamReader:
             self._responses_event(chunk.get("type") or event.event, chunk, offset)
         else:
             self._choices_chunk(chunk, event, offset)
+
+    def _choices_fast(self, raw: bytes, offset: float) -> bool:
+        """A regular chat/completion chunk read through the typed structs; False: read it from its dict."""
+        try:
+            chunk = _CHUNK.decode(raw)
+        except msgspec.DecodeError:  # not JSON, or a field of another type (ValidationError)
+            return False
+        usage = chunk.usage
+        if chunk.error is not UNSET or chunk.choices is UNSET or (usage is not None
+                                                                  and usage.output_tokens is not UNSET):
+            return False
+        running = None
+        if usage is not None:
+            running = usage.completion_tokens
+            if running is not None:
+                details = usage.completion_tokens_details
+                reasoning = details.reasoning_tokens if details is not None else None
+                self.usage = Usage(running, usage.prompt_tokens,
+                                   usage.reasoning_tokens if reasoning is None else reasoning)
+        if chunk.choices:
+            choice = chunk.choices[0]
+            if self.api != "chat":
+                if choice.text:
+                    self._record(offset, choice.text, "", "", (), running)
+                return True
+            holder = choice.delta if choice.delta is not UNSET else choice.message
+            if holder is not None:
+                tool, ids = "", ()
+                if holder.tool_calls:
+                    tool = "".join((c.function.name or "") + (c.function.arguments or "")
+                                   for c in holder.tool_calls if c.function is not None)
+                    ids = tuple(position if c.index is UNSET else c.index
+                                for position, c in enumerate(holder.tool_calls))
+                self._record(offset, holder.content or "", holder.reasoning_content or holder.reasoning or "",
+                             tool, ids, running)
+        return True
+
+    def _responses_fast(self, event: SSEEvent, offset: float) -> bool:
+        """A Responses delta event read through its typed struct; False: read it from its dict."""
+        if event.event and event.event not in _RESPONSES_DELTAS:
+            return False  # a lifecycle or end event: few per response
+        try:
+            delta = _RESPONSES_DELTA.decode(event.raw)
+        except msgspec.DecodeError:
+            return False
+        kind = delta.type or event.event
+        text = delta.delta or ""
+        if kind in RESPONSES_ANSWER:
+            self._record(offset, text, "", "", ())
+        elif kind in RESPONSES_REASONING:
+            self._record(offset, "", text, "", ())
+        elif kind in RESPONSES_TOOL:
+            self._record(offset, "", "", text, (delta.item_id,))
+        else:
+            return False
+        return True
 
     def _choices_chunk(self, chunk: dict, event: SSEEvent, offset: float) -> None:
         if "error" in chunk:
@@ -385,37 +521,42 @@ class StreamReader:
         # response.created, response.in_progress, *.added, *.done: lifecycle events, no tokens
 
     def _take(self, piece: Piece, offset: float, running: int | None = None) -> None:
+        self._record(offset, piece.answer, piece.reasoning, piece.tool, piece.tool_ids, running)
+
+    def _record(self, offset: float, answer: str, reasoning: str, tool: str, tool_ids: tuple,
+                running: int | None = None) -> None:
         """Record an output chunk (a chunk that carries no generated text is not one)."""
-        text = piece.text
+        text = reasoning + answer + tool  # Piece.text
         if not text:
             return
         self.token_offsets.append(offset)
         self.texts.append(text)
         self.running.append(running)
-        if self.first_output is None and (piece.answer or piece.tool):
+        if answer:
+            self.answer.append(answer)
+            if self.first_output is None:
+                self.first_output = offset
+        elif tool and self.first_output is None:
             self.first_output = offset
-        if piece.answer:
-            self.answer.append(piece.answer)
-            self.chars += len(piece.answer)
-        if piece.reasoning:
-            self.reasoning.append(piece.reasoning)
-        self.tools.update(piece.tool_ids)
+        if reasoning:
+            self.reasoning.append(reasoning)
+        if tool_ids:
+            self.tools.update(tool_ids)
 
     def chunk_tokens(self) -> list[int] | None:
         """Tokens per output chunk from the server's running counts (None unless every chunk had one)."""
-        if not self.running or any(r is None for r in self.running):
+        running = self.running
+        if not running or None in running:
             return None
-        counts, before = [], 0
-        for running in self.running:
-            counts.append(max(running - before, 0))
-            before = max(before, running)
-        return counts
+        before = accumulate(running, max, initial=0)  # the highest count so far, before each chunk
+        return [max(count - highest, 0) for count, highest in zip(running, before)]
 
     def outcome(self) -> Outcome:
         """What the stream delivered; an error when it ended without its end event."""
+        output_text = "".join(self.answer)
         result = Outcome(token_offsets=list(self.token_offsets), first_output_offset=self.first_output,
                          prompt_tokens=self.usage.prompt, reasoning_tokens=self.usage.reasoning,
-                         output_chars=self.chars, output_text="".join(self.answer),
+                         output_chars=len(output_text), output_text=output_text,
                          reasoning_text="".join(self.reasoning), tool_calls=len(self.tools),
                          chunk_texts=list(self.texts))
         result.output_tokens, result.output_tokens_source = output_token_count(

@@ -6,7 +6,7 @@ Layers, each usable and testable on its own:
   completion and chat APIs; SSE and JSON responses interpreted into the raw
   fields of a :class:`llmload.core.metrics.RequestResult`). Pure Python.
 * :mod:`~llmload.core.transport`: HTTP over geventhttpclient, reading a
-  streamed body line by line the moment each line arrives.
+  streamed body as the socket delivers it, each read stamped when it returns.
 * :mod:`~llmload.core.client`: one request end to end (the two above plus
   time-outs), returning a ``RequestResult`` whatever happens.
 * :mod:`~llmload.loadgen.options`: the command-line options.

@@ -11,7 +11,7 @@ Open loop (``--rate R``): each free user takes the next ticket, waits until its
 intended start and sends it, so requests go out on the schedule whatever the
 server does, and ``-u`` bounds how many are in flight. Requests go out through
 the user's ``FastHttpUser`` connection pool and are read by
-:mod:`llmload.core.transport` line by line; results are counted by the
+:mod:`llmload.core.transport` as they arrive; results are counted by the
 plugin's sink (:mod:`llmload.loadgen.sink`) in this process. A refused or reset connection makes the user
 back off (doubling up to :data:`BACKOFF_MAX_S`) before it tries again.
 

@@ -10,6 +10,7 @@ from benchmarks.loadgen_capacity import (
     Measurement,
     Workload,
     accuracy_verdicts,
+    capacity_ratios,
     estimate_intended_starts,
     main,
     rate_verdicts,
@@ -18,6 +19,7 @@ from benchmarks.loadgen_capacity import (
     vllm_bench_results,
 )
 from llmload.core.metrics import RequestResult, request_metrics
+from llmload.core.paths import REPO_ROOT
 
 #: A fast schedule for the accuracy part: 20 ms to the first token, 2 ms between tokens, 8 tokens.
 FAST_ACCURACY = ["--users", "1,4", "--requests-per-user", "2", "--tokens", "8", "--ttft-ms", "20", "--itl-ms", "2"]
@@ -157,3 +159,33 @@ def test_cli_rejects_bad_settings_in_one_line(argv, message, capsys):
         main(argv)
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.integration
+def test_a_reference_checkout_runs_beside_and_the_tools_compare_as_ratios(tmp_path, capsys):
+    out = tmp_path / "bench"
+    code = main(["--tools", "locust", "--parts", "capacity", "--capacity-users", "2", "--capacity-requests", "30",
+                 "--long-tokens", "16", "--reference", str(REPO_ROOT), "--out", str(out)])
+    printed = capsys.readouterr()
+    assert code == 0, printed.out + printed.err
+    rows = json.loads((out / "summary.json").read_text())["rows"]
+    assert [(r["tool"], r["workload"]["answer_tokens"]) for r in rows] == [
+        ("locust", 16), ("locust-ref", 16), ("locust", 1), ("locust-ref", 1)]
+    assert all(r["error"] == "" and r["requests"] == 30 and r["paired"] == 30 for r in rows)
+    assert "locust / locust-ref: " in printed.out and "the chunks per client CPU-second" in printed.out
+    assert main(["--tools", "locust", "--reference", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == f"error: --reference {tmp_path} is not a checkout of this suite " \
+                                              f"(no llmload/loadgen/ in it)"
+
+
+@pytest.mark.unit
+def test_capacity_ratios_pool_chunks_over_client_cpu_seconds():
+    def run(tool, users, chunks_per_s, cpu_pct, duration_s=10.0, tokens=256):
+        return Measurement(tool, Workload("capacity", users, 100, tokens), requests=100, chunks_per_s=chunks_per_s,
+                           duration_s=duration_s, client_cpu_pct=cpu_pct)
+    rows = [run("locust", 1, 10_000, 10), run("vllm-bench", 1, 10_000, 20),
+            run("locust", 8, 30_000, 30, duration_s=20.0), run("vllm-bench", 8, 30_000, 60, duration_s=20.0),
+            run("locust", 8, 900, 50, tokens=1), run("vllm-bench", 8, 900, 10, tokens=1)]  # req/s runs: not counted
+    # locust: (100k + 600k chunks) / (1 + 6 CPU-s) = 100k; vllm-bench: 700k / 14 = 50k
+    assert capacity_ratios(rows) == ["locust / vllm-bench: 2.00x the chunks per client CPU-second (100,000 against "
+                                     "50,000; 1 users 2.00x, 8 users 2.00x)"]

@@ -14,6 +14,8 @@ The request body's ``model`` picks the behaviour (``cycle`` rotates through
 * ``zerousage`` (not in the cycle): three tokens and a usage of 0 completion tokens
 * ``thinking`` (not in the cycle): two reasoning chunks (``reasoning_content``), then a tool call and the answer
 * ``chunky`` (not in the cycle): three chunks of two words each, final usage only (no running counts)
+* ``split`` (not in the cycle): each token's event written in two parts ``SPLIT_GAP`` s apart, cut inside a
+  line (inside a multi-byte character where the token has one); ``sent_times`` when each was whole
 
 ``POST /v1/responses`` answers ``ok`` as the Responses API does (named events,
 ``response.completed`` with usage), or 404 ``{"detail": "Not Found"}`` when
@@ -39,6 +41,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 CYCLE = ("ok", "http500", "malformed", "nodone", "midstream", "stall", "drop")
 TOKENS = (" alpha", " beta", " gamma")
 CHUNKY = (" one two", " three four", " five six")
+SPLIT = ("é", " 日本", " ok")
+SPLIT_GAP = 0.1
 
 
 class FaultHandler(BaseHTTPRequestHandler):
@@ -171,6 +175,24 @@ class FaultHandler(BaseHTTPRequestHandler):
             time.sleep(0.04)
             self.token(text)
         self.event({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2 * len(CHUNKY)}})
+        self.event("[DONE]")
+        self.end_stream()
+
+    def do_split(self, body) -> None:
+        """Each event in two HTTP chunks (two reads for the client) ``SPLIT_GAP`` apart, cut mid-line."""
+        self.start_stream()
+        sent = []
+        for text in SPLIT:
+            payload = {"choices": [{"index": 0, "delta": {"content": text}}]}
+            event = f"data: {json.dumps(payload, ensure_ascii=False)}\n\n".encode()
+            token = text.encode()
+            cut = event.index(token) + len(token) // 2 + 1  # inside 'é' and '日'
+            self.chunk(event[:cut])
+            time.sleep(SPLIT_GAP)
+            self.chunk(event[cut:])
+            sent.append(time.time())
+        self.server.sent_times = sent
+        self.event({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": len(SPLIT)}})
         self.event("[DONE]")
         self.end_stream()
 

@@ -6,7 +6,7 @@ These run in the test process (gevent sockets without monkey-patching; the serve
 import pytest
 from geventhttpclient.client import HTTPClientPool
 
-from fault_server import TOKENS, start_in_thread
+from fault_server import SPLIT, SPLIT_GAP, TOKENS, start_in_thread
 from llmload.core.client import LLMClient
 from llmload.core.transport import HTTPTransport
 from llmload.core.wire import GenerationParams
@@ -50,6 +50,19 @@ def test_small_events_are_timed_on_arrival_not_after_a_buffer_fills(server):
     m = request_metrics(result)
     assert m.ttft == pytest.approx(GAP, abs=0.05) and all(gap == pytest.approx(GAP, abs=0.05) for gap in m.itl)
     assert (result.output_tokens, result.output_tokens_source) == (3, "usage")
+
+
+def test_an_event_split_across_reads_counts_when_it_is_whole(server):
+    # Each event's line is cut in two (inside a multi-byte character), the halves SPLIT_GAP apart.
+    client = make_client(server.url)
+    result = client.generate(RECORD, "split")
+    assert result.success, result.error
+    assert result.output_text == "".join(SPLIT) and len(result.token_offsets) == len(SPLIT)
+    arrived = [result.start_time + offset for offset in result.token_offsets]
+    # stamped when the second half came (the first came SPLIT_GAP earlier)
+    assert all(abs(a - whole) < SPLIT_GAP / 4 for a, whole in zip(arrived, server.sent_times)), (
+        arrived, server.sent_times)
+    assert client.generate(RECORD, "ok").success  # the connection went back to the pool clean
 
 
 @pytest.mark.parametrize("api", ["chat", "completion"])

@@ -14,6 +14,7 @@ from llmload.core.wire import (
     read_body,
 )
 from llmload.core.metrics import request_metrics, RequestResult
+from llmload.core.sse import SSEEvent
 from llmload.core.records import PromptRecord
 
 pytestmark = pytest.mark.unit
@@ -332,3 +333,137 @@ def test_a_missing_endpoint_says_so():
     # a 404 that says more is the server's own message (an unknown model)
     assert http_error_message(404, b'{"error": {"message": "The model `x` does not exist."}}', "/v1/responses") == \
         "HTTP 404: The model `x` does not exist."
+
+
+# --------------------------------------------------------------------------- the fast path and its fallback
+
+#: Raw SSE bodies, each read three ways below (fast path by lines, fast path in pieces, whole dicts by lines).
+#: ``fast``: whether every event of it should be read without the whole-dict decoder.
+STREAMS = {
+    "regular": (True, b'data: {"id":"c","choices":[{"index":0,"delta":{"role":"assistant","content":""}}],'
+                      b'"usage":{"prompt_tokens":4,"completion_tokens":0}}\n\n'
+                      b'data: {"id":"c","choices":[{"index":0,"delta":{"content":" the"},"logprobs":null,'
+                      b'"finish_reason":null}],"usage":{"prompt_tokens":4,"completion_tokens":1,"total_tokens":5}}\n\n'
+                      b'data: {"choices":[],"usage":{"prompt_tokens":4,"completion_tokens":1}}\n\ndata: [DONE]\n\n'),
+    "odd spacing": (True, b'data:{"choices":[{"delta":{"content":"a"}}]}\n\n'
+                          b'data:   { "choices" : [ { "delta" : { "content" : "b" } } ] ,\t"usage" : '
+                          b'{ "completion_tokens" : 2 } }  \n\n'
+                          b'data: {"choices":[{"delta":{"content":"c"}}]}\r\n\r\n'
+                          b': keep-alive\n\nid: 7\nretry: 100\ndata: [DONE]\r\n\r\n'),
+    "escaped quotes and unicode": (True, b'data: {"choices":[{"delta":{"content":"say \\"hi\\"\\n"}}]}\n\n'
+                                         b'data: {"choices":[{"delta":{"content":"caf\\u00e9 \\ud83d\\ude00"}}]}\n\n'
+                                         + 'data: {"choices":[{"delta":{"content":"日本語 é"}}]}\n\n'.encode()
+                                         + b'data: [DONE]\n\n'),
+    "reasoning and tool calls": (True, b'data: {"choices":[{"delta":{"reasoning_content":"Hm"}}]}\n\n'
+                                       b'data: {"choices":[{"delta":{"reasoning":" ok","content":null}}]}\n\n'
+                                       b'data: {"choices":[{"delta":{"tool_calls":[{"index":0,"id":"x","function":'
+                                       b'{"name":"f","arguments":"{"}}]}}]}\n\n'
+                                       b'data: {"choices":[{"delta":{"tool_calls":[{"function":{"arguments":"}"}},'
+                                       b'{"index":3,"function":null}]}}]}\n\n'
+                                       b'data: {"choices":[{"delta":{"content":"Done"}}],"usage":{"completion_tokens":'
+                                       b'9,"completion_tokens_details":{"reasoning_tokens":4},"prompt_tokens":2}}\n\n'
+                                       b'data: {"choices":[],"usage":{"completion_tokens":9,"reasoning_tokens":5}}\n\n'
+                                       b'data: [DONE]\n\n'),
+    "sync-shaped message": (True, b'data: {"choices":[{"message":{"content":"whole"}}]}\n\ndata: [DONE]\n\n'),
+    "multi-line data": (True, b'data: {"choices":[{"delta":\ndata: {"content":"x"}}]}\n\ndata: [DONE]\n\n'),
+    # types the typed structs turn down: read from the dict, with the same result
+    "content not a string": (False, b'data: {"choices":[{"delta":{"content":["a"]}}]}\n\n'
+                                    b'data: {"choices":[{"delta":{"content":"b"}}]}\n\ndata: [DONE]\n\n'),
+    "count not an integer": (False, b'data: {"choices":[{"delta":{"content":"a"}}],"usage":{"completion_tokens":true}}'
+                                    b'\n\ndata: {"choices":[{"delta":{"content":"b"}}],"usage":{"completion_tokens":2.0,'
+                                    b'"prompt_tokens":"3"}}\n\ndata: [DONE]\n\n'),
+    "responses names in a chunk": (False, b'data: {"choices":[{"delta":{"content":"a"}}],"usage":{"output_tokens":1,'
+                                          b'"input_tokens":2}}\n\ndata: [DONE]\n\n'),
+    # failures: the same one-line message either way
+    "not JSON": (False, b'data: {"choices":[{"delta":{"content":"a"}}]}\n\ndata: {this is not json\n\n'),
+    "not an object": (False, b'data: [1, 2]\n\n'),
+    "no choices": (False, b'data: {"object":"chat.completion.chunk"}\n\n'),
+    "choice not an object": (False, b'data: {"choices":["a"]}\n\n'),
+    "error event": (False, b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n'
+                           b'data: {"error":{"message":"generation failed:\\nOOM"}}\n\n'),
+    "error null": (False, b'data: {"error":null,"choices":[]}\n\n'),
+    "not UTF-8": (False, b'data: {"choices":[{"delta":{"content":"\xff"}}]}\n\n'),
+    "no [DONE]": (True, b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n'),
+}
+
+
+def read_stream(body: bytes, pieces: list[bytes], fast: bool, api: str = "chat"):
+    """The Outcome (or the WireError's message) of ``body`` fed as ``pieces``, the i-th piece arriving at 0.1 + i."""
+    assert b"".join(pieces) == body
+    reader = StreamReader(api, fast=fast)
+    try:
+        for i, piece in enumerate(pieces):
+            if reader.feed(piece, 0.1 + i):
+                break
+        else:
+            reader.end()
+    except WireError as exc:
+        return str(exc)
+    return reader.outcome()
+
+
+def by_lines(body: bytes) -> list[bytes]:
+    return body.splitlines(keepends=True)
+
+
+@pytest.mark.parametrize("name", list(STREAMS))
+def test_the_fast_path_reads_what_the_whole_dicts_read(name, monkeypatch):
+    typed, body = STREAMS[name]
+    reference = read_stream(body, by_lines(body), fast=False)
+    decoded = []
+    original = SSEEvent.json
+    monkeypatch.setattr(SSEEvent, "json", lambda event: decoded.append(event) or original(event))
+    assert read_stream(body, by_lines(body), fast=True) == reference
+    assert (not decoded) == typed, decoded  # regular events never reach the whole-dict decoder
+    # every cut of the body into two reads, a line (and a character) split across them, reads the same;
+    # the events completed by the second read are stamped with its arrival
+    for cut in range(1, len(body)):
+        pieces = [body[:cut], body[cut:]]
+        assert read_stream(body, pieces, fast=True) == read_stream(body, pieces, fast=False), cut
+
+
+def test_fast_path_outcomes_and_messages():
+    ok = read_stream(STREAMS["escaped quotes and unicode"][1], by_lines(STREAMS["escaped quotes and unicode"][1]), True)
+    assert ok.output_text == 'say "hi"\ncafé \U0001F600日本語 é' and ok.output_chars == len(ok.output_text)
+    tools = read_stream(STREAMS["reasoning and tool calls"][1], by_lines(STREAMS["reasoning and tool calls"][1]), True)
+    assert (tools.reasoning_text, tools.output_text, tools.tool_calls) == ("Hm ok", "Done", 2)  # calls 0 and 3
+    assert (tools.output_tokens, tools.reasoning_tokens, tools.prompt_tokens) == (9, 5, None)
+    assert tools.chunk_texts == ["Hm", " ok", "f{", "}", "Done"]
+    odd = read_stream(STREAMS["odd spacing"][1], by_lines(STREAMS["odd spacing"][1]), True)
+    assert odd.success and odd.output_text == "abc" and odd.output_tokens == 2
+    assert read_stream(STREAMS["count not an integer"][1], by_lines(STREAMS["count not an integer"][1]),
+                       True).output_tokens_source == "chunks"  # neither true nor 2.0 is a count
+    messages = {name: read_stream(body, by_lines(body), True) for name, (_, body) in STREAMS.items()}
+    assert messages["not JSON"] == "malformed SSE data (not JSON): '{this is not json'"
+    assert messages["not an object"] == "malformed SSE data (not a JSON object): '[1, 2]'"
+    assert messages["no choices"].startswith("malformed SSE: chunk without a choices list: ")
+    assert messages["choice not an object"].startswith("malformed SSE: choice is not an object: ")
+    assert messages["error event"] == "error event in the stream: generation failed: OOM"
+    assert messages["error null"].startswith("error event in the stream: ")
+    assert messages["not UTF-8"] == "malformed SSE: line is not UTF-8 (invalid start byte)"
+    assert messages["no [DONE]"].error == "stream ended without [DONE]"
+
+
+def test_responses_fast_path_and_its_fallback(monkeypatch):
+    events = [{"type": "response.created", "response": response_object("in_progress")},
+              {"type": "response.reasoning_text.delta", "item_id": "rs", "delta": "Hm"},
+              {"type": "response.output_text.delta", "item_id": "m", "delta": "\u00e9\"x\""},
+              {"type": "response.function_call_arguments.delta", "item_id": "fc", "delta": "{}"},
+              {"type": "response.output_text.delta", "item_id": "m", "delta": 5},  # not text: read from the dict
+              {"type": "response.completed", "response": response_object("completed", USAGE)}]
+    body = b"".join(b"".join(lines) for lines in responses_lines(events))
+    unnamed = b"".join(line for line in by_lines(body) if not line.startswith(b"event:"))  # the type alone names it
+    for stream in (body, unnamed):
+        reference = read_stream(stream, by_lines(stream), fast=False, api="responses")
+        decoded = []
+        original = SSEEvent.json
+        monkeypatch.setattr(SSEEvent, "json", lambda event: decoded.append(event.data) or original(event))
+        out = read_stream(stream, by_lines(stream), fast=True, api="responses")
+        monkeypatch.setattr(SSEEvent, "json", original)
+        assert out == reference and out.success
+        assert (out.reasoning_text, out.output_text, out.tool_calls, out.output_tokens) == ("Hm", 'é"x"', 1, 4)
+        assert [json.loads(d)["type"] for d in decoded] == [
+            "response.created", "response.output_text.delta", "response.completed"]
+        for cut in range(1, len(stream), 7):
+            pieces = [stream[:cut], stream[cut:]]
+            assert read_stream(stream, pieces, True, "responses") == read_stream(stream, pieces, False, "responses")
