@@ -162,6 +162,6 @@ def test_the_installed_command_runs_a_mock_cell(installed, tmp_path):
     assert len(results) == 4 and all(r.success and r.output_tokens == 8 for r in results)
     manifest = json.loads((run_dir / "run.json").read_text())
     assert manifest["git_commit"] is None and manifest["datasets"] == {"qa": str(data / "qa.jsonl")}
-    assert re.search(r"\|\s*mock\s*\|\s*qa\s*\|\s*stream\s*\|\s*c1\s*\|\s*ok\s*\|\s*4\s*\|",
+    assert re.search(r"\|\s*mock\s*\|\s*qa\s*\|\s*stream\s*\|\s*c1\s*\|\s*ok\s*\|\s*-\s*\|\s*4\s*\|",
                      (run_dir / "report" / "summary.md").read_text())
     print("wheel test timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items()))
