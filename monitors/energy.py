@@ -132,8 +132,6 @@ def open_energy_probes(gpu, powercap: Path | None = None) -> tuple[list, str | N
 def energy_between(frame, start: float, end: float) -> tuple[float | None, str | None]:
     """``(joules, column)`` the preferred energy column of a monitor frame counted from ``start`` to ``end``
     (epoch seconds, interpolated between samples), or ``(None, None)`` where no column was recorded."""
-    import numpy as np  # the reports' side only: the monitor process stays without numpy
-
     if frame is None or not len(frame) or end <= start:
         return None, None
     for column in ENERGY_COLUMNS:
@@ -143,5 +141,18 @@ def energy_between(frame, start: float, end: float) -> tuple[float | None, str |
         if len(rows) < 2:
             continue
         t, joules = rows["timestamp"].to_numpy(float), rows[column].to_numpy(float)
-        return float(np.interp(end, t, joules) - np.interp(start, t, joules)), column
+        return float(_counter_at(end, t, joules) - _counter_at(start, t, joules)), column
     return None, None
+
+
+def _counter_at(when: float, t, joules) -> float:
+    """The counter at ``when``: interpolated between samples, and beyond the first or last sample carried on at
+    the power of the nearest interval (a short cell may start before the monitor's first sample or end after its
+    last)."""
+    import numpy as np  # the reports' side only: the monitor process stays without numpy
+
+    if when < t[0]:
+        return float(joules[0] - (t[0] - when) * (joules[1] - joules[0]) / max(t[1] - t[0], 1e-9))
+    if when > t[-1]:
+        return float(joules[-1] + (when - t[-1]) * (joules[-1] - joules[-2]) / max(t[-1] - t[-2], 1e-9))
+    return float(np.interp(when, t, joules))

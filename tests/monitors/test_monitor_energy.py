@@ -115,6 +115,15 @@ def test_energy_between_interpolates_the_cumulative_counter():
     assert energy_between(frame, 100.5, 102.5) == (None, None)
 
 
+@pytest.mark.unit
+def test_a_cell_beyond_the_samples_is_carried_on_at_the_edge_power():
+    """A short cell that starts before the first sample or ends after the last is counted at the power of the
+    nearest interval, not cut to the sampled span."""
+    frame = pd.DataFrame({"timestamp": [100.0, 101.0, 102.0], "cpu_energy_j": [0.0, 20.0, 50.0]})
+    assert energy_between(frame, 99.5, 101.0) == (pytest.approx(30.0), "cpu_energy_j")  # 10 J before at 20 W
+    assert energy_between(frame, 101.0, 103.0) == (pytest.approx(60.0), "cpu_energy_j")  # 30 + 30 J after at 30 W
+
+
 def run_monitor(tmp_path: Path, env: dict) -> tuple[subprocess.CompletedProcess, pd.DataFrame]:
     out = tmp_path / "monitor.csv"
     proc = subprocess.run([sys.executable, "-m", "monitors", "--out", str(out), "--interval", "0.2", "--duration",
