@@ -23,7 +23,7 @@ since a server that leaks grows from level to level.
     python -m benchmarks.server_throughput --servers naive,batched --out results/bench
     python -m benchmarks.server_throughput --servers batched-plain,batched,vllm --concurrency 8   # what packing brings
 
-Measured figures: the README's Benchmarks section and docs/engines.md.
+Measured figures: docs/benchmarks.md and docs/engines.md.
 """
 
 from __future__ import annotations

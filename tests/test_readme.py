@@ -1,4 +1,5 @@
-"""Every command the README shows exists and parses: modules answer --help, make targets and files exist."""
+"""Every command the README (and the docs pages that took its sections) shows exists and parses: modules answer
+--help, make targets and files exist; every relative link of the README and docs/ resolves."""
 
 from __future__ import annotations
 
@@ -11,9 +12,13 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
-#: The README's inline code spans (`...`), outside its fenced blocks.
-INLINE_CODE = re.findall(r"`([^`\n]+)`", re.sub(r"```.*?```", "", README, flags=re.S))
-CODE = "\n".join(re.findall(r"```(?:bash)?\n(.*?)```", README, flags=re.S)) + "\n" + "\n".join(INLINE_CODE)
+#: The pages whose commands are checked: the README and the docs pages its sections moved to.
+CHECKED = ("README.md", "docs/results.md", "docs/benchmarks.md", "docs/testing.md", "docs/loadgen.md",
+           "docs/server.md", "docs/reports.md", "docs/metrics.md")
+TEXT = "\n".join((REPO / name).read_text() for name in CHECKED)
+#: The inline code spans (`...`), outside the fenced blocks.
+INLINE_CODE = re.findall(r"`([^`\n]+)`", re.sub(r"```.*?```", "", TEXT, flags=re.S))
+CODE = "\n".join(re.findall(r"```(?:bash)?\n(.*?)```", TEXT, flags=re.S)) + "\n" + "\n".join(INLINE_CODE)
 
 # vLLM's own entry point takes a minute to print its help; the vLLM cell test starts it for real.
 MODULES = sorted(m for m in set(re.findall(r"python -m ([a-z_][\w.]*)", CODE)) - {"venv", "pip"}
@@ -21,14 +26,15 @@ MODULES = sorted(m for m in set(re.findall(r"python -m ([a-z_][\w.]*)", CODE)) -
 MAKE_TARGETS = sorted(set(re.findall(r"\bmake ([a-z][\w-]*)", CODE)))
 #: The subcommands of ``llmload COMMAND`` (or ``python -m llmload COMMAND``) the README shows.
 LLMLOAD_COMMANDS = sorted(set(re.findall(r"(?<![\w/.-])llmload ([a-z][\w-]*)", CODE)))
-PATHS = sorted(set(re.findall(r"\b((?:locustfiles|datasets|scripts|server|reports|monitors|llmload|docs|benchmarks)"
-                              r"/[\w./-]+\.(?:py|sh|md|png|js|conf))(?![\w-])", README)))
+PATHS = sorted(set(re.findall(r"(?<![\w./-])((?:locustfiles|datasets|scripts|server|reports|monitors|llmload|docs|benchmarks)"
+                              r"/[\w./-]+\.(?:py|sh|md|png|js|conf))(?![\w-])", TEXT)))
 
 
 @pytest.mark.unit
 def test_the_readme_names_commands():
-    assert {"llmload.runner", "server", "server.vllm_launcher", "reports.merge", "monitors"} <= set(MODULES)
-    assert {"compare", "test", "quick", "data", "model"} <= set(MAKE_TARGETS)
+    modules = set(re.findall(r"python -m ([a-z_][\w.]*)", README))
+    assert {"llmload.runner", "server", "server.vllm_launcher", "reports.merge", "monitors"} <= modules
+    assert {"compare", "test", "quick", "data", "model"} <= set(re.findall(r"\bmake ([a-z][\w-]*)", README))
     assert {"run", "report", "compare", "prepare", "serve", "locust", "locustfile"} <= set(LLMLOAD_COMMANDS)
 
 
@@ -76,10 +82,10 @@ def test_datasets_is_not_a_package():
 
 
 def readme_command_lines() -> list[str]:
-    """The commands of the README's bash blocks (continuation lines joined, comments dropped) and its inline
+    """The commands of the checked pages' bash blocks (continuation lines joined, comments dropped) and its inline
     commands (`python -m ...`, `llmload ...`, `make compare ARGS="..."`)."""
     lines = []
-    for block in re.findall(r"```bash\n(.*?)```", README, flags=re.S):
+    for block in re.findall(r"```bash\n(.*?)```", TEXT, flags=re.S):
         for line in block.replace("\\\n", " ").splitlines():
             line = line.split(" #", 1)[0].strip()
             if line and not line.startswith("#"):
@@ -146,3 +152,34 @@ def test_the_readme_commands_use_flags():
 def test_every_flag_in_a_readme_command_is_in_its_help(help_texts, cmd, flag):
     assert re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", help_texts[cmd]), \
         f"{flag} is not in the help of `{' '.join(cmd)}`"
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a Markdown heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    text = re.sub(r"```.*?```", "", path.read_text(), flags=re.S)
+    return {slug(h) for h in re.findall(r"^#{1,6} (.+)$", text, flags=re.M)}
+
+
+PAGES = [REPO / "README.md", REPO / "datasets" / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(REPO)) for p in PAGES])
+def test_relative_links_resolve(page):
+    """Every relative link (a file, a figure, a #heading) of the README and docs/ points at something there."""
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+:", target):
+            continue  # http:, https:, mailto:
+        file, _, anchor = target.partition("#")
+        dest = (page.parent / file).resolve() if file else page
+        if not dest.exists():
+            broken.append(target)
+        elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+            broken.append(target)
+    assert not broken, f"{page.relative_to(REPO)}: {broken}"

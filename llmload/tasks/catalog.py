@@ -45,7 +45,7 @@ register(Task(
     bundled=_sharegpt("summarization", "texts a user asked to summarise"),
     hub=HubSource("abisee/cnn_dailymail", "3.0.0", "test", ("id", "article", "highlights"), sources.cnn_items,
                   "news articles"),
-    # Not in the default matrix: its 1,000-token prompts make a cell slow and its ratios noisy (README, Results).
+    # Not in the default matrix: its 1,000-token prompts make a cell slow and its ratios noisy (docs/results.md).
     in_default_matrix=False,
 ))
 
