@@ -20,6 +20,7 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from llmload.core.points import Load, Point
 from llmload.core.records import known_fields
 
 MANIFEST = "run.json"
@@ -46,7 +47,7 @@ class Cell:
     prefix: str  # file prefix, relative to the run folder
     rate: float | None = None  # offered requests/s (open loop); None = closed loop
     repeat: int = 0  # the repeat, or a capacity step's look (0 = the first)
-    phase: str = "matrix"  # "matrix", "sweep", "capacity" (which part of the run made it)
+    phase: str = "matrix"  # which part of the run made it (:data:`llmload.core.points.PHASES`)
     requests: int | None = None  # requests it sends when not the run's --requests (a capacity step's later looks)
     status: str = "pending"
     error: str = ""
@@ -57,14 +58,20 @@ class Cell:
     started: float | None = None  # epoch seconds it started
 
     @property
-    def level(self) -> str:
-        """The load level as shown in tables: ``c8`` or ``r2.5/s``."""
-        return f"r{self.rate:g}/s" if self.rate is not None else f"c{self.concurrency}"
+    def point(self) -> Point:
+        """The load point it measures (its repeats share it)."""
+        return Point(self.server, self.task, self.mode, Load(self.concurrency, self.rate), self.phase)
 
     @property
     def key(self) -> tuple:
         """What identifies a cell across runs: server, task, mode, level and repeat."""
         return (self.server, self.task, self.mode, self.concurrency, self.rate, self.repeat)
+
+    @classmethod
+    def at(cls, point: Point, prefix: str, **rest) -> "Cell":
+        """A cell of ``point`` whose files start with ``prefix``."""
+        return cls(point.server, point.task, point.mode, point.load.concurrency, prefix, rate=point.load.rate,
+                   phase=point.phase, **rest)
 
     def files(self, run_dir: Path) -> "CellFiles":
         return CellFiles(Path(run_dir) / self.prefix)

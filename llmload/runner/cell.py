@@ -13,9 +13,7 @@ and CSVs and exit; it is killed only if it has not done so in
 
 from __future__ import annotations
 
-import functools
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -70,41 +68,14 @@ class CellResult:
     summary: RunSummary | None
 
 
-@functools.lru_cache(maxsize=1)
-def loadgen_flags() -> frozenset[str]:
-    """The options the load generator lists (``python -m llmload.loadgen``), e.g. ``--rate`` once it has it."""
-    try:
-        out = subprocess.run([sys.executable, "-m", "llmload.loadgen"], capture_output=True, text=True,
-                             cwd=REPO_ROOT, timeout=120)
-    except (OSError, subprocess.TimeoutExpired):
-        return frozenset()
-    return frozenset(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", out.stdout))
-
-
-def slo_argument(slo: SLO) -> str:
-    """``ttft=500,e2e=4000`` (milliseconds), as the load generator's ``--slo`` takes it."""
-    return slo.argument()
-
-
-def with_slo(results: list[RequestResult], slo: SLO | None) -> list[RequestResult]:
-    """Set ``slo_ok`` where the load generator left it unset (an SLO given, a load generator without --slo)."""
-    if slo is not None and not slo.empty:
-        for result in results:
-            if result.slo_ok is None:
-                result.slo_ok = slo.met(result)
-    return results
-
-
 class CellRunner:
     """Runs cells of one run folder with one set of :class:`LoadOptions`."""
 
-    def __init__(self, run_dir: Path, options: LoadOptions, datasets: dict[str, Path], stop: StopSignal | None = None,
-                 flags: frozenset[str] | None = None):
+    def __init__(self, run_dir: Path, options: LoadOptions, datasets: dict[str, Path], stop: StopSignal | None = None):
         self.run_dir = Path(run_dir)
         self.options = options
         self.datasets = datasets
         self.stop = stop or StopSignal()
-        self.flags = loadgen_flags() if flags is None else flags
 
     def command(self, cell: Cell, base_url: str) -> list[str]:
         """The Locust command line of ``cell`` against ``base_url``."""
@@ -124,8 +95,8 @@ class CellRunner:
                 cmd += ["--burstiness", f"{o.burstiness:g}"]
         if o.warmup:
             cmd += ["--warmup", str(o.warmup)]
-        if o.slo is not None and "--slo" in self.flags:
-            cmd += ["--slo", slo_argument(o.slo)]
+        if o.slo is not None:
+            cmd += ["--slo", o.slo.argument()]  # the load generator judges each request (slo_ok)
         return cmd
 
     def run(self, cell: Cell, target: RunningTarget, announce: str = "") -> CellResult:
@@ -193,7 +164,7 @@ class CellRunner:
 
     def _outcome(self, cell: Cell, files: CellFiles, error: str) -> CellResult:
         raw_log = files.raw_log
-        results = with_slo(read_results(raw_log), self.options.slo) if raw_log.is_file() else []
+        results = read_results(raw_log) if raw_log.is_file() else []
         measured = [r for r in results if not r.warmup]
         summary = summarize(results) if measured else None
         if self.stop.requested:

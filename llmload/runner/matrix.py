@@ -23,6 +23,7 @@ from pathlib import Path
 
 from llmload.core.model_store import ModelNotAvailable, resolve_model, served_model_name
 from llmload.core.paths import RESULTS_DIR, dataset_path
+from llmload.core.points import Point
 from llmload.core.runfiles import Cell, append_capacity, append_cell, write_manifest
 from llmload.core.sequential import Budget
 from llmload.runner.capacity import CapacitySearch, look_of, search_cells
@@ -31,7 +32,7 @@ from llmload.runner.convergence import HEADLINE, MIN_REPEATS, converged, half_wi
 from llmload.runner.interrupts import Interrupted, StopSignal
 from llmload.runner.manifest import git_commit, machine, versions
 from llmload.runner.options import step_requests
-from llmload.runner.plan import Plan, Point
+from llmload.runner.plan import Plan
 from llmload.runner.progress import Progress, cell_label, figures
 from llmload.runner.schedule import Job, Order
 from llmload.runner.servers import RESERVE_GIB, ServerPool
@@ -55,13 +56,12 @@ def load_options(args: argparse.Namespace) -> LoadOptions:
 class Runner:
     """Runs the matrix for resolved arguments (:func:`llmload.runner.options.resolve`); ``run()`` -> exit code."""
 
-    def __init__(self, args: argparse.Namespace, stop: StopSignal | None = None, flags: frozenset[str] | None = None):
+    def __init__(self, args: argparse.Namespace, stop: StopSignal | None = None):
         self.args = args
         self.targets: list[Target] = list(args.servers)
         self.kinds = {t.name: get_kind(t.kind) for t in self.targets}
         self.plan = Plan.from_args(args)
         self.stop = stop or StopSignal()
-        self.flags = flags
         stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         self.run_dir = Path(args.out or RESULTS_DIR / stamp)
         self.settings = TargetSettings()
@@ -107,7 +107,7 @@ class Runner:
                                                 max_model_len=args.max_model_len)
             except DatasetError as exc:
                 raise RunnerError(f"prompt sets: {exc}") from None
-        self.cells = CellRunner(self.run_dir, load_options(args), self.datasets, self.stop, self.flags)
+        self.cells = CellRunner(self.run_dir, load_options(args), self.datasets, self.stop)
         self.pool = ServerPool(self.targets, self.kinds, self.settings, self.run_dir, self.stop, self.progress,
                                args.max_servers_up)
         fit, need, room = self.pool.all_fit()
@@ -238,9 +238,7 @@ class Runner:
                 widths = half_widths(self.run_dir, ok) if len(ok) >= MIN_REPEATS else {}
                 done = converged(widths, plan.target_ci)
                 if done or k + 1 == plan.max_repeats:
-                    self.convergence.append({"server": point.server, "task": point.task, "mode": point.mode,
-                                             "concurrency": point.concurrency, "rate": point.rate,
-                                             "phase": point.phase, "repeats": len(cells), "converged": done,
+                    self.convergence.append({**point.record(), "repeats": len(cells), "converged": done,
                                              "half_widths": widths})
                     print(f"   {cell_label(cell)}: " + ("converged" if done else "at its cap")
                           + f" after {len(cells)} repeats ({widths_text(widths) or 'no repeat measured'}; "

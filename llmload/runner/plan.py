@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
+from llmload.core.points import Load, Point
 from llmload.core.runfiles import Cell
 
 
@@ -29,28 +30,14 @@ def sweep_rates(saturation: float, n: int) -> list[float]:
     return [round_rate(saturation * i / n) for i in range(1, n + 1)]
 
 
-def cell_prefix(server: str, task: str, mode: str, concurrency: int, rate: float | None = None, repeat: int = 0,
-                repeats: int = 1, phase: str = "matrix") -> str:
-    """The file prefix of one cell (see the module docstring)."""
-    level = f"c{concurrency}" if rate is None else f"r{rate:g}"
-    if phase == "capacity":
+def cell_prefix(point: Point, repeat: int = 0, repeats: int = 1) -> str:
+    """The file prefix of one cell of ``point`` (see the module docstring)."""
+    if point.phase == "capacity":
         suffix = f"_look{repeat + 1}" if repeat else ""
     else:
         suffix = f"_rep{repeat + 1}" if repeats > 1 else ""
-    name = f"{task}_{mode}_{level}{suffix}"
-    return f"{server}/{name}" if phase == "matrix" else f"{server}/{phase}/{name}"
-
-
-@dataclass(frozen=True)
-class Point:
-    """One load level of one server, task and mode, whose cells repeat: a matrix level or a sweep's rate."""
-
-    server: str
-    task: str
-    mode: str
-    concurrency: int
-    rate: float | None = None
-    phase: str = "matrix"
+    name = f"{point.task}_{point.mode}_{point.load.tag}{suffix}"
+    return f"{point.server}/{name}" if point.phase == "matrix" else f"{point.server}/{point.phase}/{name}"
 
 
 @dataclass(frozen=True)
@@ -93,30 +80,25 @@ class Plan:
 
     def points(self, server: str, task: str, mode: str) -> list[Point]:
         """The levels known before anything runs: each concurrency, each rate."""
-        return ([Point(server, task, mode, c) for c in self.concurrency]
-                + [Point(server, task, mode, self.pool, r) for r in self.rates])
+        return ([Point(server, task, mode, Load(c)) for c in self.concurrency]
+                + [Point(server, task, mode, Load(self.pool, r)) for r in self.rates])
 
     def sweep_points(self, server: str, task: str, mode: str, saturation: float) -> list[Point]:
-        return [Point(server, task, mode, self.pool, r, "sweep") for r in sweep_rates(saturation, self.sweep)]
+        return [Point(server, task, mode, Load(self.pool, r), "sweep") for r in sweep_rates(saturation, self.sweep)]
 
     def cell(self, point: Point, repeat: int = 0) -> Cell:
         """The ``repeat``-th cell of a level."""
-        p = point
-        return Cell(p.server, p.task, p.mode, p.concurrency,
-                    cell_prefix(p.server, p.task, p.mode, p.concurrency, p.rate, repeat, self.max_repeats, p.phase),
-                    rate=p.rate, repeat=repeat, phase=p.phase)
+        return Cell.at(point, cell_prefix(point, repeat, self.max_repeats), repeat=repeat)
 
     def saturation_cell(self, server: str, task: str, mode: str) -> Cell:
         """The closed loop at ``pool`` users whose request throughput is the saturation rate."""
-        phase = "sweep" if self.sweep else "capacity"
-        return Cell(server, task, mode, self.pool, cell_prefix(server, task, mode, self.pool, phase=phase),
-                    phase=phase)
+        point = Point(server, task, mode, Load(self.pool), "sweep" if self.sweep else "capacity")
+        return Cell.at(point, cell_prefix(point))
 
     def step_cell(self, server: str, task: str, mode: str, rate: float, look: int, requests: int) -> Cell:
         """One look at a capacity step: ``requests`` requests at ``rate``."""
-        return Cell(server, task, mode, self.pool,
-                    cell_prefix(server, task, mode, self.pool, rate, look, phase="capacity"), rate=rate,
-                    repeat=look, phase="capacity", requests=requests)
+        point = Point(server, task, mode, Load(self.pool, rate), "capacity")
+        return Cell.at(point, cell_prefix(point, look), repeat=look, requests=requests)
 
     def search_cells(self) -> int:
         """Most cells the sweep and capacity search of one (task, mode) run."""

@@ -15,17 +15,11 @@ from llmload.core.metrics import RunSummary
 from llmload.core.runfiles import Cell
 
 
-def level_text(cell: Cell) -> str:
-    """``c=8`` (closed loop) or ``rate=2.5/s pool=16`` (open loop)."""
-    if cell.rate is None:
-        return f"c={cell.concurrency}"
-    return f"rate={cell.rate:g}/s pool={cell.concurrency}"
-
-
 def cell_label(cell: Cell, repeats: int = 1) -> str:
     """``basic-batched qa stream c=8``, with the phase and the repeat where they tell cells apart."""
-    label = f"{cell.server} {cell.task} {cell.mode} {level_text(cell)}"
-    if cell.phase in ("sweep", "capacity") and cell.rate is None:
+    point = cell.point
+    label = f"{point.server} {point.task} {point.mode} {point.load.describe()}"
+    if point.phase in ("sweep", "capacity") and point.load.closed:
         label += " (saturation)"
     elif cell.phase == "capacity":
         label += " (capacity" + (f", look {cell.repeat + 1})" if cell.repeat else ")")

@@ -9,14 +9,11 @@ import pytest
 from llmload.core.metrics import summarize
 from llmload.core.rawlog import read_results
 from llmload.core.runfiles import read_capacity, read_cells
-from llmload.runner.cell import loadgen_flags
 from llmload.runner.plan import sweep_rates
 from prompt_sets import make_data
 from runner_helpers import run_runner
 
-pytestmark = [pytest.mark.integration,
-              pytest.mark.skipif("--rate" not in loadgen_flags(),
-                                 reason="the load generator has no --rate yet (python -m llmload.loadgen)")]
+pytestmark = pytest.mark.integration
 
 
 def base_args(tmp_path, *more: str) -> list[str]:

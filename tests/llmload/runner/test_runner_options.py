@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from llmload.core.metrics import SLO
-from llmload.runner import cli
 from llmload.runner.cli import parse_args
 from llmload.runner.options import build_parser
 from llmload.tasks import default_task_names, task_names
@@ -119,15 +118,6 @@ def test_defaults_profiles_and_aliases():
     assert parse_args(["--throughput-only"]).modes == ["sync"]
     caching = parse_args(["--servers", "mock,vllm", "--vllm-prefix-caching"])
     assert [(t.name, t.kind) for t in caching.servers] == [("mock", "mock"), ("vllm", "vllm-prefix-cache")]
-
-
-@pytest.mark.unit
-def test_options_the_load_generator_lacks_are_refused(monkeypatch, capsys):
-    monkeypatch.setattr(cli, "loadgen_flags", lambda: frozenset({"--mode", "--requests"}))
-    assert error_of(["--rates", "2"], capsys) == ("error: --rates needs the load generator's --rate, which "
-                                                  "`python -m llmload.loadgen` does not list (update llmload/loadgen)")
-    assert "--warmup needs the load generator's --warmup" in error_of(["--warmup", "2"], capsys)
-    assert parse_args(["--concurrency", "2"]).concurrency == [2]  # closed-loop runs need none of them
 
 
 @pytest.mark.integration
