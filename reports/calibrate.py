@@ -23,7 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from llmload.core.calibration import (DEFAULT_PATH, ENV, Calibration, CalibrationError, Spread, default_path,
-                                      describe_machine, level_of, machine_id)
+                                      describe_machine, machine_id)
+from llmload.core.points import Point
 from llmload.core.stats import Z975
 from reports.estimates import cell_intervals, requests_of
 from reports.run import ReportError, RunData, load_run, report_command
@@ -79,9 +80,8 @@ def measure(runs: list[RunData]) -> Calibration:
             ok = [c for c in cells if c.ok and c.summary is not None]
             if len(ok) < 2:
                 continue
-            server, task, mode, concurrency, rate, _ = key
+            server, task, mode, level = key.server, key.task, key.mode, key.load.tag
             for column, parts in cell_components(ok).items():
-                level = level_of(concurrency, rate)
                 for table, kind in ((exact, (server, task, mode, level)), (exact, (server, task, mode, None)),
                                     (pooled, (server, None, mode, None))):
                     table.setdefault(kind, {}).setdefault(column, []).append(parts)
@@ -129,11 +129,11 @@ def applicable(calibration: Calibration | None, runs: list[RunData]) -> tuple[Ca
                          f"from {len(calibration.sources)} run folder(s))")
 
 
-def spreads_for(calibration: Calibration | None, row: dict) -> dict[str, Spread] | None:
-    """A report row's calibrated spreads per figure (None without an applicable calibration)."""
+def spreads_for(calibration: Calibration | None, point: Point) -> dict[str, Spread] | None:
+    """A load point's calibrated spreads per figure (None without an applicable calibration)."""
     if calibration is None:
         return None
-    return calibration.for_cell(row["server"], row["task"], row["mode"], level_of(row["concurrency"], row.get("rate")))
+    return calibration.for_cell(point.server, point.task, point.mode, point.load.tag)
 
 
 def add_calibration_options(p: argparse.ArgumentParser) -> None:

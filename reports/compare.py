@@ -22,13 +22,11 @@ import argparse
 from pathlib import Path
 
 from llmload.core.calibration import Calibration
-from llmload.core.metrics import ratio
 from llmload.core.stats import WITHIN_RUN
 from llmload.core.tables import render
-from reports.calibrate import add_calibration_options, applicable, find_calibration, spreads_for
-from reports.estimates import ratio_intervals
-from reports.format import number, title
-from reports.merge import RATIO_COLUMNS, estimate_text, level, ratio_text, run_rows, write_csv
+from reports.calibrate import add_calibration_options, applicable, find_calibration
+from reports.format import estimate_text, ratio_text, title
+from reports.rows import RATIO_COLUMNS, Ratio, Row, ratio_record, ratios_of, run_rows, write_csv
 from reports.run import ReportError, RunData, load_run, report_command
 from reports.sections import capacity_ratio, capacity_text, slo_text
 
@@ -36,22 +34,23 @@ COLUMNS = ["server", "task", "mode", "concurrency", "rate", "metric", "a", "b", 
            "covers", "significant", "pairs", "method"]
 
 
-def point(row: dict) -> tuple:
-    """What a cell is matched on across runs: server, task, mode and load level."""
-    return (row["server"], row["task"], row["mode"], row["concurrency"], row.get("rate"))
+def matched(row: Row) -> tuple:
+    """What a cell is matched on across runs: server, task, mode and load level (any phase)."""
+    return (row.point.server, row.point.task, row.point.mode, row.point.load)
 
 
-def describe_point(key: tuple) -> str:
-    server, task, mode, concurrency, rate = key
-    return f"{server} {task} {mode} " + (f"r{rate:g}/s" if rate is not None else f"c{concurrency}")
+def describe_point(row: Row) -> str:
+    """``mock qa stream c4`` (matched in any phase)."""
+    p = row.point
+    return f"{p.server} {p.task} {p.mode} {p.load.label}"
 
 
-def holdings(groups: list[dict], capacity: list[dict]) -> str:
+def holdings(groups: list[Row], capacity: list[dict]) -> str:
     """What a run completed, compactly: ``mock qa stream c1,c4; capacity: mock qa stream``."""
     by: dict[tuple, list[str]] = {}
     for row in groups:
-        if row["status"] == "ok":
-            by.setdefault((row["server"], row["task"], row["mode"]), []).append(level(row))
+        if row.ok:
+            by.setdefault((row.point.server, row.point.task, row.point.mode), []).append(row.point.load.label)
     parts = [f"{' '.join(k)} {','.join(v)}" for k, v in by.items()]
     if capacity:
         parts.append("capacity: " + ", ".join(f"{c.get('server')} {c.get('task')} {c.get('mode')}" for c in capacity))
@@ -68,8 +67,8 @@ def compare(a: RunData, b: RunData, calibration: Calibration | None = None) -> d
     calibration, note = applicable(calibration, [a, b])
     _, groups_a = run_rows(a, calibration)
     _, groups_b = run_rows(b, calibration)
-    ok_a = {point(r): r for r in groups_a if r["status"] == "ok"}
-    ok_b = {point(r): r for r in groups_b if r["status"] == "ok"}
+    ok_a = {matched(r): r for r in groups_a if r.ok}
+    ok_b = {matched(r): r for r in groups_b if r.ok}
     shared = [k for k in ok_a if k in ok_b]
     caps_a = {capacity_key(e): e for e in a.capacity}
     caps_b = {capacity_key(e): e for e in b.capacity}
@@ -81,38 +80,31 @@ def compare(a: RunData, b: RunData, calibration: Calibration | None = None) -> d
     rows = []
     for key in shared:
         ra, rb = ok_a[key], ok_b[key]
-        found = ratio_intervals(rb["_requests"], ra["_requests"], RATIO_COLUMNS, ("compare",) + key,
-                                rb["_cells"], ra["_cells"], (spreads_for(calibration, rb), spreads_for(calibration, ra)))
-        for column in RATIO_COLUMNS:
-            if column not in found or ra.get(column) is None or rb.get(column) is None:
-                continue
-            iv, method = found[column]
-            rows.append({"server": key[0], "task": key[1], "mode": key[2], "concurrency": key[3], "rate": key[4],
-                         "metric": column, "a": ra.get(column), "b": rb.get(column),
-                         "ratio": iv.value if iv.value is not None else ratio(rb.get(column), ra.get(column)),
-                         "ci_low": iv.low, "ci_high": iv.high, "covers": iv.covers if iv.has_interval else None,
-                         "significant": iv.significant, "pairs": iv.n, "method": method, "_iv": iv, "_a": ra,
-                         "_b": rb})
+        seed = ("compare",) + rb.point.key[:5]  # server, task, mode, concurrency, rate
+        for column, (value, iv, method) in ratios_of(rb, ra, RATIO_COLUMNS, seed, calibration).items():
+            record = {**rb.point.record(), "metric": column, "a": ra.get(column), "b": rb.get(column),
+                      "ratio": value, **ratio_record(iv, method)}
+            rows.append(Ratio(column, value, iv, method, record, rb, ra))
     capacity = []
     for key in shared_caps:
         ea, eb = caps_a[key], caps_b[key]
         iv, method = capacity_ratio(eb, ea)
-        capacity.append({"server": key[0], "task": key[1], "mode": key[2], "concurrency": None, "rate": None,
-                         "metric": "capacity_rps", "a": ea.get("capacity_rps"), "b": eb.get("capacity_rps"),
-                         "ratio": iv.value, "ci_low": iv.low, "ci_high": iv.high, "significant": iv.significant,
-                         "pairs": None, "method": method, "_iv": iv, "_a": ea, "_b": eb,
-                         "slo": slo_text(eb)})
+        record = {"server": key[0], "task": key[1], "mode": key[2], "concurrency": None, "rate": None,
+                  "metric": "capacity_rps", "a": ea.get("capacity_rps"), "b": eb.get("capacity_rps"),
+                  "ratio": iv.value, "ci_low": iv.low, "ci_high": iv.high, "significant": iv.significant,
+                  "pairs": None, "method": method, "slo": slo_text(eb)}
+        capacity.append(Ratio("capacity_rps", iv.value, iv, method, record, eb, ea))
     left_out = []
-    for name, mine, other_ok, groups in (("A", ok_a, ok_b, groups_a), ("B", ok_b, ok_a, groups_b)):
+    for name, other_ok, groups in (("A", ok_b, groups_a), ("B", ok_a, groups_b)):
         for row in groups:
-            key = point(row)
+            key = matched(row)
             if key in shared:
                 continue
-            if row["status"] != "ok":
-                left_out.append(f"{describe_point(key)}: {row['status']} in {name}"
-                                + (f" ({row['error']})" if row.get("error") else ""))
+            if not row.ok:
+                left_out.append(f"{describe_point(row)}: {row.status} in {name}"
+                                + (f" ({row.get('error')})" if row.get("error") else ""))
             elif key not in other_ok:
-                left_out.append(f"{describe_point(key)}: only completed in {name}")
+                left_out.append(f"{describe_point(row)}: only completed in {name}")
     return {"rows": rows, "capacity": capacity, "left_out": sorted(set(left_out)), "calibration": calibration,
             "calibration_note": note}
 
@@ -131,9 +123,10 @@ def markdown(a: RunData, b: RunData, result: dict, plot: Path | None) -> str:
                   "run's interval shows (docs/statistics.md).", ""]
     body = []
     for r in result["rows"]:
-        body.append([describe_point(point(r)), title(r["metric"]), estimate_text(r["metric"], r["_a"]),
-                     estimate_text(r["metric"], r["_b"]), ratio_text(r["_iv"]), r["covers"],
-                     None if r["significant"] is None else ("yes" if r["significant"] else "no")])
+        significant = r.interval.significant
+        body.append([describe_point(r.top), title(r.metric), estimate_text(r.metric, r.bottom),
+                     estimate_text(r.metric, r.top), ratio_text(r.interval), r.get("covers"),
+                     None if significant is None else ("yes" if significant else "no")])
     if body:
         parts += [render(body, ["cell", "figure", "A", "B", "B / A [95 %]", "covers", "significant"]), ""]
     if result["capacity"]:
@@ -141,9 +134,9 @@ def markdown(a: RunData, b: RunData, result: dict, plot: Path | None) -> str:
                   "Each capacity with its interval; B / A with a 95 % interval from the two capacities' "
                   "intervals at 97.5 % each (`brackets`, with no confidence, for runs recorded before the "
                   "capacity had an interval).", "",
-                  render([[f"{r['server']} {r['task']} {r['mode']}", r["slo"], capacity_text(r["_a"]),
-                           capacity_text(r["_b"]), ratio_text(r["_iv"]), r["method"],
-                           None if r["significant"] is None else ("yes" if r["significant"] else "no")]
+                  render([[f"{r.get('server')} {r.get('task')} {r.get('mode')}", r.get("slo"), capacity_text(r.bottom),
+                           capacity_text(r.top), ratio_text(r.interval), r.method,
+                           None if r.get("significant") is None else ("yes" if r.get("significant") else "no")]
                           for r in result["capacity"]],
                          ["server task mode", "SLO", "A req/s", "B req/s", "B / A", "interval", "significant"]), ""]
     if result["left_out"]:

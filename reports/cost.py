@@ -19,6 +19,7 @@ from llmload.core.stats import Interval
 from llmload.core.tables import render
 from monitors.energy import SOURCES, energy_between
 from reports.format import number
+from reports.rows import Row
 from reports.run import RunData
 from reports.sections import describe
 
@@ -62,7 +63,7 @@ def cell_energy(data) -> dict:
             "j_per_request": ratio(joules, summary.requests - summary.failures)}
 
 
-def cost_rows(run: RunData, rows: list[dict]) -> list[dict]:
+def cost_rows(run: RunData, rows: list[Row]) -> list[dict]:
     """One row per ok cell: its price, throughputs, costs with intervals, and energy (``rows``: the report's
     cell rows, in the run's cell order)."""
     prices = prices_of(run)
@@ -79,13 +80,13 @@ def cost_rows(run: RunData, rows: list[dict]) -> list[dict]:
             line[column] = formula(price, row.get(throughput))
             if price is not None:
                 line[f"{column}_ci_low"], line[f"{column}_ci_high"] = cost_interval(
-                    column, price, (row.get("_iv") or {}).get(throughput))
+                    column, price, row.interval(throughput))
         line.update(cell_energy(data))
         out.append(line)
     return out
 
 
-def capacity_cost_rows(run: RunData, rows: list[dict]) -> list[dict]:
+def capacity_cost_rows(run: RunData, rows: list[Row]) -> list[dict]:
     """Per capacity search that found a rate, with a price: the costs at the throughput measured at that rate."""
     prices = prices_of(run)
     by_prefix = {data.cell.prefix: row for data, row in zip(run.cells, rows)}

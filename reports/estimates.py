@@ -13,7 +13,8 @@ repeats' figures covers both levels.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -128,28 +129,53 @@ def calibrated(found: dict[str, Interval], spreads: dict[str, Spread] | None, ru
             for column, iv in found.items()}
 
 
-def repeat_values(cell_rows: list[dict] | None, column: str) -> list[float] | None:
-    """The figure of each repeat (from the cell rows' intervals), None unless 2+ repeats all have one."""
-    if not cell_rows or len(cell_rows) < 2:
+@dataclass
+class Estimates:
+    """The figures of a cell, or of a point's repeats pooled: each column's value and, where it is estimated, its
+    :class:`~llmload.core.stats.Interval` (value, low, high, n, what it covers); the requests they rest on (None:
+    nothing to pair a ratio on); the repeats' own estimates (a single cell: itself)."""
+
+    values: dict[str, Any] = field(default_factory=dict)
+    intervals: dict[str, Interval] = field(default_factory=dict)
+    requests: Requests | None = None
+    repeats: list["Estimates"] = field(default_factory=list)
+
+    def value(self, column: str):
+        return self.values.get(column)
+
+    def interval(self, column: str) -> Interval | None:
+        return self.intervals.get(column)
+
+    def columns(self) -> dict[str, Any]:
+        """The values with ``<column>_ci_low``/``_ci_high``/``_ci_covers`` of each interval: the CSV's columns."""
+        out = dict(self.values)
+        for column, iv in self.intervals.items():
+            out[f"{column}_ci_low"], out[f"{column}_ci_high"] = iv.low, iv.high
+            out[f"{column}_ci_covers"] = iv.covers if iv.has_interval else None
+        return out
+
+
+def repeat_values(repeats: list[Estimates], column: str) -> list[float] | None:
+    """The figure of each repeat (from its interval), None unless 2+ repeats all have one."""
+    if len(repeats) < 2:
         return None
-    values = [row.get("_iv", {}).get(column) for row in cell_rows]
+    values = [e.interval(column) for e in repeats]
     if any(iv is None or iv.value is None for iv in values):
         return None
     return [iv.value for iv in values]
 
 
-def repeat_intervals(cell_rows: list[dict], columns) -> dict[str, Interval]:
+def repeat_intervals(repeats: list[Estimates], columns) -> dict[str, Interval]:
     """Each column the repeats all have, as the mean over repeats with Student's t interval (across repeats)."""
     out = {}
     for column in columns:
-        values = repeat_values(cell_rows, column)
+        values = repeat_values(repeats, column)
         if values:
             out[column] = repeat_interval(values)
     return out
 
 
-def ratio_intervals(top: Requests, bottom: Requests, columns, key: tuple,
-                    top_cells: list[dict] | None = None, bottom_cells: list[dict] | None = None,
+def ratio_intervals(top: Estimates, bottom: Estimates, columns, key: tuple,
                     spreads: tuple[dict[str, Spread] | None, dict[str, Spread] | None] = (None, None)
                     ) -> dict[str, tuple[Interval, str]]:
     """``top / bottom`` of each column with its interval and how it was made.
@@ -160,11 +186,11 @@ def ratio_intervals(top: Requests, bottom: Requests, columns, key: tuple,
     spreads where both have one for the figure (``spreads``: per side, figure ->
     :class:`~llmload.core.calibration.Spread`), else within-run only.
     """
-    tops, bottoms = top.statistics("prompt"), bottom.statistics("prompt")
+    tops, bottoms = top.requests.statistics("prompt"), bottom.requests.statistics("prompt")
     out = {}
     draws: dict = {}  # one draw of the shared prompt occurrences per block length for every column
     for column in columns:
-        per_top, per_bottom = repeat_values(top_cells, column), repeat_values(bottom_cells, column)
+        per_top, per_bottom = repeat_values(top.repeats, column), repeat_values(bottom.repeats, column)
         if per_top and per_bottom:
             out[column] = (repeat_ratio_interval(per_top, per_bottom), "repeats")
         elif column in tops and column in bottoms:

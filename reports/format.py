@@ -1,8 +1,10 @@
-"""How report values are written: shown units, digits, titles of resource columns."""
+"""How report values are written: shown units, digits, titles of resource columns, estimates with intervals."""
 
 from __future__ import annotations
 
 from llmload.core.metrics import FIGURE_BY_NAME, column_scale, column_title
+from llmload.core.stats import Interval, min_samples, quantile_of
+from reports.estimates import estimated
 
 #: Titles of identity columns in the Markdown tables.
 IDENTITY_TITLES = {"concurrency": "users", "level": "level", "repeats": "repeats"}
@@ -45,3 +47,52 @@ def title(column: str) -> str:
     if unit:
         words = words[:-1] + [unit]
     return " ".join(words)
+
+
+def too_few(stat: str, n: int) -> str:
+    return f"n={n}<{min_samples(stat)}"
+
+
+def covers_note(iv: Interval, covers: str | None) -> str:
+    """`` (within-run only)`` where an interval covers other levels than its row's (``covers``), else nothing."""
+    return f" ({iv.covers})" if covers and iv.has_interval and iv.covers and iv.covers != covers else ""
+
+
+def row_covers(ivs) -> str | None:
+    """What most of a row's intervals cover (the row's ``intervals`` column)."""
+    labels = [iv.covers for iv in ivs if iv is not None and iv.has_interval and iv.covers]
+    return max(labels, key=labels.count) if labels else None
+
+
+def figure_text(column: str, value, iv: Interval | None, covers: str | None = None) -> str | None:
+    """``value [low, high]`` in shown units; ``n=8<300`` for a percentile of too few values; the interval's
+    levels where they differ from the row's ``covers``."""
+    if iv is None:
+        return shown(column, value)
+    stat = "rate" if column in ("request_throughput", "output_token_throughput", "goodput") else \
+        column.rpartition("_")[2]
+    if iv.value is None and iv.n and stat.startswith("p") and quantile_of(stat) is not None:
+        return too_few(stat, iv.n)
+    text = shown(column, value if iv.value is None else iv.value)
+    if text is None:
+        return None
+    if iv.has_interval:
+        return f"{text} [{shown(column, iv.low)}, {shown(column, iv.high)}]" + covers_note(iv, covers)
+    return f"{text} (n={iv.n})" if estimated(column) and iv.n < (min_samples(stat) or 0) else text
+
+
+def estimate_text(column: str, row, covers: str | None = None) -> str | None:
+    """:func:`figure_text` of a row's (:class:`reports.rows.Row`) figure."""
+    return figure_text(column, row.get(column), row.interval(column), covers)
+
+
+def ratio_text(iv: Interval | None, covers: str | None = None) -> str | None:
+    """``1.98 [1.90, 2.05] *`` (``*``: significant: the interval excludes 1 and covers run-to-run variation)."""
+    if iv is None:
+        return None
+    if iv.value is None:
+        return f"n={iv.n} pairs, too few"
+    text = number(iv.value)
+    if iv.has_interval:
+        text += f" [{number(iv.low)}, {number(iv.high)}]" + (" *" if iv.significant else "") + covers_note(iv, covers)
+    return text

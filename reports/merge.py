@@ -17,30 +17,25 @@ here. Plots draw the merged rows only.
 from __future__ import annotations
 
 import argparse
-import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from llmload.core.calibration import Calibration
-from llmload.core.metrics import FIGURES, METRICS, headline_columns, ratio
-from llmload.core.stats import RESAMPLES, SEED, WITHIN_RUN, Interval, min_samples, quantile_of
+from llmload.core.points import Point
+from llmload.core.metrics import FIGURES, METRICS, headline_columns
+from llmload.core.stats import RESAMPLES, SEED, WITHIN_RUN, Interval, min_samples
 from llmload.core.tables import render
 from monitors.sampler import PEAK_KEYS
-from reports.calibrate import add_calibration_options, applicable, find_calibration, spreads_for
-from reports.estimates import (calibrated, cell_intervals, estimated, pooled_summary, ratio_intervals,
-                               repeat_intervals, requests_of)
+from reports.calibrate import add_calibration_options, applicable, find_calibration
+from reports.estimates import estimated
 from reports import cost, sections, steady
-from reports.format import number, shown, title
-from reports.run import (CellData, RunData, describe_key, group_key, load_run, report_command,
-                         resolve_baseline)
+from reports.format import estimate_text, figure_text, number, ratio_text, row_covers, title
+from reports.rows import RATIO_COLUMNS, Ratio, Row, ratio_record, ratios_of, run_rows, write_csv
+from reports.run import CellData, RunData, load_run, report_command, resolve_baseline
 from reports.tokens import REQUEST_COLUMNS, SERVER_COLUMNS, find_tokenizer, reconcile
 
 IDENTITY = ["server", "task", "mode", "concurrency", "rate", "repeat", "phase", "status"]
 TRAILER = ["token_source", "chunk_token_source", "client_error_ms", "client_error_flags", "locust_requests", "error"]
-#: Columns compared between servers: the throughputs and the headline latency statistics.
-RATIO_COLUMNS = [c for c in headline_columns()
-                 if c in ("request_throughput", "output_token_throughput")
-                 or c.rpartition("_")[0] in ("e2e", "ttft", "tpot", "tokens_per_s")]
 RATIO_CSV = ["ratio", "baseline", "server", "task", "mode", "concurrency", "rate", "phase", "metric", "value",
              "ci_low", "ci_high", "covers", "significant", "pairs", "method"]
 #: Resource columns the Markdown table shows (when measured).
@@ -78,135 +73,27 @@ def csv_columns(peaks: list[str]) -> list[str]:
     return IDENTITY + value_columns() + peaks + TRAILER
 
 
-def token_source(cells: list[CellData], field: str = "output_tokens_source") -> str | None:
-    """Where the output token counts (``field``: or each chunk's, ``chunk_tokens_source``) came from: ``usage``,
-    ``tokenizer``, ``chunks``, ``none``, or a mix with counts."""
-    counts: dict[str, int] = {}
-    for data in cells:
-        for r in data.measured:
-            if r.success:
-                counts[getattr(r, field)] = counts.get(getattr(r, field), 0) + 1
-    if not counts:
-        return None
-    if len(counts) == 1:
-        return next(iter(counts))
-    return " ".join(f"{k}:{v}" for k, v in sorted(counts.items()))
-
-
-def with_intervals(row: dict, found: dict[str, Interval]) -> dict:
-    """Add ``_ci_low``/``_ci_high``/``_ci_covers`` of each interval to ``row``; keep the intervals under ``_iv``."""
-    row.setdefault("_iv", {}).update(found)
-    for column, iv in found.items():
-        row[f"{column}_ci_low"], row[f"{column}_ci_high"] = iv.low, iv.high
-        row[f"{column}_ci_covers"] = iv.covers if iv.has_interval else None
-    return row
-
-
-def identity(data: CellData) -> dict:
-    cell = data.cell
-    return {"server": cell.server, "task": cell.task, "mode": cell.mode, "concurrency": cell.concurrency,
-            "rate": cell.rate, "repeat": cell.repeat, "phase": cell.phase, "status": data.status,
-            "error": data.error, "locust_requests": data.locust_requests}
-
-
-def cell_row(data: CellData, calibration: Calibration | None = None) -> dict:
-    """One summary row: identity, figures from the raw log with their intervals (widened by the calibration's
-    run-to-run spreads where it has them), resource peaks."""
-    row = identity(data)
-    row["token_source"] = token_source([data])
-    row["chunk_token_source"] = token_source([data], "chunk_tokens_source")
-    requests = None
-    if data.summary is not None:
-        requests = requests_of([data])
-        row.update(data.summary.flat())
-        row.update(requests.counts())
-        found = cell_intervals(requests, data.cell.key + (data.cell.phase,))
-        with_intervals(row, calibrated(found, spreads_for(calibration, row)))
-    row.update(sections.client_error([data], data.summary))
-    row["_requests"] = requests if data.ok else None
-    row.update(data.peaks)
-    return row
-
-
-def group_row(key: tuple, cells: list[CellData], rows: dict[int, dict], calibration: Calibration | None = None
-              ) -> dict:
-    """One row per cell and load level (a single cell's row where there is one). With repeats: each figure
-    every repeat has, as the mean over repeats with Student's t interval (across repeats); the others (a p99
-    only the pooled requests can give) from all their requests pooled, with the pooled within-run interval."""
-    ok = [c for c in cells if c.ok and c.summary is not None]
-    if len(ok) <= 1:
-        row = dict(rows[id(ok[0] if ok else cells[0])])
-        row["repeats"] = len(ok)
-        row["_cells"] = [row] if ok else []
-        return row
-    row = identity(ok[0])
-    row.update({"repeat": None, "repeats": len(ok), "token_source": token_source(ok),
-                "chunk_token_source": token_source(ok, "chunk_tokens_source"),
-                "locust_requests": sum(c.locust_requests or 0 for c in ok)})
-    requests = requests_of(ok)
-    pooled = pooled_summary(ok)
-    row.update(pooled.flat())
-    row.update(sections.client_error(ok, pooled))
-    row["duration_s"] = sum(c.summary.duration_s for c in ok)  # the repeats' wall times, not the span between
-    row.update(requests.counts())
-    with_intervals(row, calibrated(cell_intervals(requests, ("group",) + key), spreads_for(calibration, row),
-                                   len(ok)))
-    cell_rows = [rows[id(c)] for c in ok]
-    for column, iv in repeat_intervals(cell_rows, list(row["_iv"])).items():
-        row[column] = iv.value
-        with_intervals(row, {column: iv})
-    for column in ok[0].peaks:
-        values = [c.peaks.get(column) for c in ok if c.peaks.get(column) is not None]
-        pick = (lambda v: sum(v) / len(v)) if column.startswith("mean_") else max
-        row[column] = pick(values) if values else None
-    row["_requests"] = requests
-    row["_cells"] = cell_rows
-    return row
-
-
-def same_point(row: dict) -> tuple:
-    """What two servers' rows share to be compared: task, mode, load level and phase."""
-    return (row["task"], row["mode"], row["concurrency"], row.get("rate"), row.get("phase"))
-
-
 def ratio_name(baseline: str, server: str) -> str:
     return f"{baseline} / {server}"
 
 
-def ratio_rows(groups: list[dict], baseline: str | None, calibration: Calibration | None = None, columns=None
-               ) -> list[dict]:
+def ratio_rows(groups: list[Row], baseline: str | None, calibration: Calibration | None = None, columns=None
+               ) -> list[Ratio]:
     """Baseline over each other server, point by point, each with its interval (long form)."""
     if baseline is None:
         return []
-    columns = columns or RATIO_COLUMNS
-    tops = {same_point(r): r for r in groups if r["server"] == baseline and r["status"] == "ok"}
+    tops = {r.point.shared: r for r in groups if r.point.server == baseline and r.ok}
     out = []
     for row in groups:
-        top = tops.get(same_point(row))
-        if row["server"] == baseline or row["status"] != "ok" or top is None:
+        top = tops.get(row.point.shared)
+        if row.point.server == baseline or not row.ok or top is None:
             continue
-        found = ratio_intervals(top["_requests"], row["_requests"], columns,
-                                (baseline, row["server"]) + same_point(row), top["_cells"], row["_cells"],
-                                (spreads_for(calibration, top), spreads_for(calibration, row)))
-        for column in columns:
-            if column not in found or top.get(column) is None or row.get(column) is None:
-                continue  # not measured in this mode
-            iv, method = found[column]
-            out.append({"ratio": ratio_name(baseline, row["server"]), "baseline": baseline,
-                        "server": row["server"], "task": row["task"], "mode": row["mode"],
-                        "concurrency": row["concurrency"], "rate": row.get("rate"), "phase": row.get("phase"),
-                        "metric": column, "value": iv.value if iv.value is not None else
-                        ratio(top.get(column), row.get(column)), "ci_low": iv.low, "ci_high": iv.high,
-                        "covers": iv.covers if iv.has_interval else None, "significant": iv.significant,
-                        "pairs": iv.n, "method": method, "_iv": iv})
+        found = ratios_of(top, row, columns or RATIO_COLUMNS, (baseline,) + row.point.key, calibration)
+        for column, (value, iv, method) in found.items():
+            record = {"ratio": ratio_name(baseline, row.point.server), "baseline": baseline, **row.point.record(),
+                      "metric": column, "value": value, **ratio_record(iv, method)}
+            out.append(Ratio(column, value, iv, method, record, top, row))
     return out
-
-
-def run_rows(run: RunData, calibration: Calibration | None = None) -> tuple[list[dict], list[dict]]:
-    """(one row per cell, one row per group of repeats) of a run, with their intervals."""
-    by_cell = {id(data): cell_row(data, calibration) for data in run.cells}
-    groups = [group_row(key, cells, by_cell, calibration) for key, cells in run.groups().items()]
-    return [by_cell[id(d)] for d in run.cells], groups
 
 
 @dataclass
@@ -215,9 +102,9 @@ class Report:
 
     run: RunData
     baseline: str | None
-    rows: list[dict]  # one per cell (summary.csv)
-    groups: list[dict]  # one per cell and level, repeats pooled (the Markdown tables, the plots)
-    ratios: list[dict]
+    rows: list[Row]  # one per cell (summary.csv)
+    groups: list[Row]  # one per load point, repeats pooled (the Markdown tables, the plots)
+    ratios: list[Ratio]
     peaks: list[str]
     tokens: list[dict] = field(default_factory=list)
     token_requests: list[dict] = field(default_factory=list)
@@ -226,15 +113,15 @@ class Report:
     calibration_note: str = ""
     warnings: list[str] = field(default_factory=list)
     capacity: list[dict] = field(default_factory=list)
-    capacity_ratios: list[dict] = field(default_factory=list)
+    capacity_ratios: list[Ratio] = field(default_factory=list)
     goodput_steps: list[dict] = field(default_factory=list)
     repeats: list[dict] = field(default_factory=list)
-    turns: list[dict] = field(default_factory=list)
+    turns: list[Row] = field(default_factory=list)
     series: list[dict] = field(default_factory=list)
-    prefix: list[dict] = field(default_factory=list)
+    prefix: list[Ratio] = field(default_factory=list)
     order: list[dict] = field(default_factory=list)
     plots: list[Path] = field(default_factory=list)
-    steady: list[dict] = field(default_factory=list)
+    steady: list[steady.SteadyRow] = field(default_factory=list)
     cost: list[dict] = field(default_factory=list)
     capacity_cost: list[dict] = field(default_factory=list)
 
@@ -254,7 +141,7 @@ def build_report(run: RunData, baseline: str | None = None, tokenizer: str | Non
                   tokens=tokens, token_requests=token_requests,
                   tokenizer_note=note, warnings=sections.lag_warnings(groups) + sections.client_error_warnings(groups),
                   capacity=capacity,
-                  capacity_ratios=sections.capacity_ratios(capacity, base),
+                  capacity_ratios=sections.capacity_ratios(run.capacity, base),
                   goodput_steps=sections.goodput_steps(run), repeats=sections.repeat_rows(groups),
                   turns=sections.turn_rows(run), series=sections.server_series(run),
                   prefix=sections.prefix_rows(groups, run.prefix_caching, calibration),
@@ -265,74 +152,12 @@ def build_report(run: RunData, baseline: str | None = None, tokenizer: str | Non
 # --------------------------------------------------------------------------- writing
 
 
-def write_csv(path: Path, rows: list[dict], columns: list[str]) -> Path:
-    with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=columns, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
-    return path
-
-
-def present(rows: list[dict], columns: list[str]) -> list[str]:
+def present(rows: list, columns: list[str]) -> list[str]:
     """The columns that hold a value in at least one row."""
     return [c for c in columns if any(r.get(c) not in (None, "") for r in rows)]
 
 
-def level(row: dict) -> str:
-    return f"r{row['rate']:g}/s" if row.get("rate") is not None else f"c{row['concurrency']}"
-
-
-def too_few(stat: str, n: int) -> str:
-    return f"n={n}<{min_samples(stat)}"
-
-
-def covers_note(iv: Interval, covers: str | None) -> str:
-    """`` (within-run only)`` where an interval covers other levels than its row's (``covers``), else nothing."""
-    return f" ({iv.covers})" if covers and iv.has_interval and iv.covers and iv.covers != covers else ""
-
-
-def row_covers(ivs) -> str | None:
-    """What most of a row's intervals cover (the row's ``intervals`` column)."""
-    labels = [iv.covers for iv in ivs if iv is not None and iv.has_interval and iv.covers]
-    return max(labels, key=labels.count) if labels else None
-
-
-def estimate_text(column: str, row: dict, covers: str | None = None) -> str | None:
-    """``value [low, high]`` in shown units; ``n=8<300`` for a percentile of too few values; the interval's
-    levels where they differ from the row's ``covers``."""
-    iv: Interval | None = row.get("_iv", {}).get(column)
-    value = row.get(column)
-    if iv is None:
-        return shown(column, value)
-    stat = "rate" if column in ("request_throughput", "output_token_throughput", "goodput") else \
-        column.rpartition("_")[2]
-    if iv.value is None and iv.n and stat.startswith("p") and quantile_of(stat) is not None:
-        return too_few(stat, iv.n)
-    text = shown(column, value if iv.value is None else iv.value)
-    if text is None:
-        return None
-    if iv.has_interval:
-        return f"{text} [{shown(column, iv.low)}, {shown(column, iv.high)}]" + covers_note(iv, covers)
-    return f"{text} (n={iv.n})" if estimated(column) and iv.n < (min_samples(stat) or 0) else text
-
-
-def ratio_text(iv: Interval | None, covers: str | None = None) -> str | None:
-    """``1.98 [1.90, 2.05] *`` (``*``: significant: the interval excludes 1 and covers run-to-run variation)."""
-    if iv is None:
-        return None
-    if iv.value is None:
-        return f"n={iv.n} pairs, too few"
-    text = number(iv.value)
-    if iv.has_interval:
-        text += f" [{number(iv.low)}, {number(iv.high)}]" + (" *" if iv.significant else "") + covers_note(iv, covers)
-    return text
-
-
-def _identity_cell(row: dict, column: str):
-    return level(row) if column == "level" else row.get(column)
-
-
-def summary_table(rows: list[dict], peaks: list[str]) -> str:
+def summary_table(rows: list[Row], peaks: list[str]) -> str:
     ident = (["server", "task", "mode", "level"]
              + (["phase"] if any(r.get("phase") not in ("matrix", None) for r in rows) else [])
              + (["repeats"] if any((r.get("repeats") or 0) > 1 for r in rows) else []) + ["status"])
@@ -344,36 +169,35 @@ def summary_table(rows: list[dict], peaks: list[str]) -> str:
         columns.append("chunk_token_source")
     columns += present(rows, ["client_error_ms"])
 
-    def text(column: str, row: dict, covers) -> str | None:
+    def text(column: str, row: Row, covers) -> str | None:
         if column == "client_error_ms":  # a flag where the bound passes 5 % of the row's TTFT p50 or ITL mean
             flagged = row.get("client_error_flags")
-            return number(row[column]) + (f" ! {flagged}" if flagged else "") if row.get(column) is not None else None
+            return number(row.get(column)) + (f" ! {flagged}" if flagged else "") if row.get(column) is not None \
+                else None
         return estimate_text(column, row, covers)
 
     def line(row):
-        covers = row_covers(row.get("_iv", {}).get(c) for c in columns)
-        return [_identity_cell(row, c) for c in ident] + [covers] + [text(c, row, covers) for c in columns]
+        covers = row_covers(row.interval(c) for c in columns)
+        return ([row.point.load.label if c == "level" else row.get(c) for c in ident] + [covers]
+                + [text(c, row, covers) for c in columns])
 
     return render([line(r) for r in rows], [title(c) for c in ident] + ["intervals"] + [title(c) for c in columns])
 
 
-def ratio_table(ratios: list[dict]) -> str:
+def ratio_table(ratios: list[Ratio]) -> str:
     """One row per server and point, one column per compared metric."""
-    by_point: dict[tuple, dict] = {}
+    by_point: dict[tuple, tuple[list, dict]] = {}
     for r in ratios:
-        key = (r["ratio"], r["task"], r["mode"], r["concurrency"], r.get("rate"), r.get("phase"))
-        entry = by_point.setdefault(key, {"ratio": r["ratio"], "task": r["task"], "mode": r["mode"],
-                                          "concurrency": r["concurrency"], "rate": r.get("rate"), "ivs": {}})
-        entry["ivs"][r["metric"]] = r["_iv"]
-    rows = list(by_point.values())
-    columns = [c for c in RATIO_COLUMNS if any(c in r["ivs"] for r in rows)]
-    ident = ["ratio", "task", "mode", "level"]
+        point = r.bottom.point
+        _, ivs = by_point.setdefault((r.get("ratio"), point.shared), (
+            [r.get("ratio"), point.task, point.mode, point.load.label], {}))
+        ivs[r.metric] = r.interval
+    columns = [c for c in RATIO_COLUMNS if any(c in ivs for _, ivs in by_point.values())]
     body = []
-    for r in rows:
-        covers = row_covers(r["ivs"].values())
-        body.append([_identity_cell(r, c) for c in ident] + [covers]
-                    + [ratio_text(r["ivs"].get(c), covers) for c in columns])
-    return render(body, ident + ["intervals"] + [title(c) for c in columns])
+    for ident, ivs in by_point.values():
+        covers = row_covers(ivs.values())
+        body.append(ident + [covers] + [ratio_text(ivs.get(c), covers) for c in columns])
+    return render(body, ["ratio", "task", "mode", "level", "intervals"] + [title(c) for c in columns])
 
 
 def tokens_table(report: Report) -> str:
@@ -431,10 +255,10 @@ def run_to_run_note(report: "Report") -> str:
             "run's interval shows (docs/statistics.md).")
 
 
-def main_rows(report: Report) -> tuple[list[dict], list[dict]]:
+def main_rows(report: Report) -> tuple[list[Row], list[Row]]:
     """(matrix rows, sweep/capacity rows) of the pooled groups."""
-    matrix = [r for r in report.groups if r.get("phase") in ("matrix", None)]
-    return matrix, [r for r in report.groups if r not in matrix]
+    return ([r for r in report.groups if r.point.phase == "matrix"],
+            [r for r in report.groups if r.point.phase != "matrix"])
 
 
 def markdown(report: Report) -> str:
@@ -458,7 +282,7 @@ def markdown(report: Report) -> str:
     if report.warnings:
         parts += ["## Warnings", ""] + [f"- {line}" for line in report.warnings] + [""]
     parts += section_lines(report)
-    parts += steady.lines(report.steady, lambda column, value, iv: interval_text(value, iv, column))
+    parts += steady.lines(report.steady, figure_text)
     parts += cost.lines(report.cost, report.capacity_cost)
     parts += ["## Output tokens", "",
               "Token throughput counts the server's usage (`counts used`: usage, or the stream's text chunks "
@@ -470,10 +294,10 @@ def markdown(report: Report) -> str:
         parts += [tokens_table(report), ""]
         parts += [f"- {r['server']}: {r['verdict']}" for r in report.tokens if r["verdict"] != "ok"]
         parts.append("")
-    missing = [r for r in report.rows if r["status"] != "ok"]
+    missing = [r for r in report.rows if not r.ok]
     if missing:
         parts += ["## Missing or failed cells", ""]
-        parts += [f"- {describe_key(group_key(data.cell))}"
+        parts += [f"- {data.cell.point.label}"
                   + (f" repeat {data.cell.repeat}" if data.cell.repeat else "") + f": {data.status}: {data.error}"
                   for data in report.run.cells if data.status != "ok"]
         parts.append("")
@@ -482,16 +306,12 @@ def markdown(report: Report) -> str:
     return "\n".join(parts)
 
 
-def interval_text(value, iv: Interval | None, column: str) -> str | None:
-    return estimate_text(column, {column: value, "_iv": {column: iv} if iv is not None else {}})
-
-
 def section_lines(report: Report) -> list[str]:
     """The capacity, repeats, turns, order and prefix-cache sections (where the run has their data)."""
     parts: list[str] = []
     if report.capacity:
         body = [[r["server"], r["task"], r["mode"], r["slo"], None if r["slo_target"] is None else f"{r['slo_target']:g} %",
-                 sections.capacity_text(r["_entry"]), r["interval"],
+                 r["capacity_text"], r["interval"],
                  None if r["held_rps"] is None else f"{number(r['held_rps'])} / "
                  f"{'none' if r['not_held_rps'] is None else number(r['not_held_rps'])}",
                  None if r["saturation_rps"] is None else number(r["saturation_rps"]),
@@ -511,37 +331,33 @@ def section_lines(report: Report) -> list[str]:
     if report.repeats:
         body = []
         for r in report.repeats:
-            line = [describe_key((r["server"], r["task"], r["mode"], r["concurrency"], r["rate"], r["phase"])),
-                    r["repeats"]]
+            line = [Point.of(r).label, r["repeats"]]
             for column in sections.THROUGHPUTS:
                 if f"{column}_mean" not in r:
                     line.append(None)
                     continue
                 iv = Interval(r[f"{column}_mean"], r[f"{column}_ci_low"], r[f"{column}_ci_high"], r["repeats"])
-                line.append(f"{interval_text(r[f'{column}_mean'], iv, column)} (min {number(r[f'{column}_min'])}, "
+                line.append(f"{figure_text(column, r[f'{column}_mean'], iv)} (min {number(r[f'{column}_min'])}, "
                             f"max {number(r[f'{column}_max'])}; "
-                            + ", ".join(number(v) for v in r[f"_{column}_values"]) + ")")
+                            + ", ".join(number(v) for v in r[f"{column}_values"]) + ")")
             body.append(line)
         parts += ["## Repeats", "", "Throughput over repeats: mean [Student's t 95 % interval] (min, max; each "
                   "repeat).", "", render(body, ["cell", "repeats"] + [title(c) for c in sections.THROUGHPUTS]), ""]
     if report.turns:
-        body = [[describe_key((r["server"], r["task"], r["mode"], r["concurrency"], r["rate"], r["phase"])),
-                 r["turn"], r["requests"], estimate_text("ttft_p50", r), estimate_text("e2e_p50", r)]
-                for r in report.turns]
+        body = [[r.point.label, r.get("turn"), r.get("requests"), estimate_text("ttft_p50", r),
+                 estimate_text("e2e_p50", r)] for r in report.turns]
         parts += ["## Multi-turn conversations", "", "By turn index (0 = the first user turn; later turns carry the "
                   "whole history).", "", render(body, ["cell", "turn", "requests", title("ttft_p50"),
                                                       title("e2e_p50")]), ""]
     if report.order:
-        body = [[r["order"], r["block"], (r["started"] or "")[11:], describe_key(
-            (r["server"], r["task"], r["mode"], r["concurrency"], r["rate"], r["phase"]))
+        body = [[r["order"], r["block"], (r["started"] or "")[11:], Point.of(r).label
                  + (f" #{r['repeat'] + 1}" if r["repeat"] else ""), r["wall_s"], r["status"]] for r in report.order]
         parts += ["## Order of the cells", "", f"As run: {sections.order_text(report.run) or 'see order.csv'}.", "",
                   render(body, ["#", "block", "started", "cell", "s", "status"]), ""]
     if report.prefix:
-        body = [[f"{r['off_server']} / {r['on_server']}", r["task"], r["mode"],
-                 "r%g/s" % r["rate"] if r["rate"] is not None else f"c{r['concurrency']}", title(r["metric"]),
-                 estimate_text(r["metric"], r["_off"]), estimate_text(r["metric"], r["_on"]), ratio_text(r["_iv"])]
-                for r in report.prefix]
+        body = [[f"{r.top.point.server} / {r.bottom.point.server}", r.top.point.task, r.top.point.mode,
+                 r.top.point.load.label, title(r.metric), estimate_text(r.metric, r.top),
+                 estimate_text(r.metric, r.bottom), ratio_text(r.interval)] for r in report.prefix]
         parts += ["## Prefix caching", "",
                   "TTFT with the prefix cache off and on, on the same prompts; off / on above 1: the cache shortens "
                   "the time to first token (`*`: significant).", "",

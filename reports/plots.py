@@ -1,8 +1,8 @@
 """PNG plots of a merged run: latency, throughput and memory per task and load, ratios to the baseline.
 
-Input is the merged rows of :mod:`reports.merge` (figures already computed, with
-``<column>_ci_low``/``_ci_high`` where the row has an interval); this module
-only draws them and never reads a run's files.
+Input is the report's rows (:mod:`reports.rows`: each figure with its interval
+where it has one; the sections' dicts for capacity steps and server series);
+this module only draws them and never reads a run's files.
 """
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from llmload.core.points import Point  # noqa: E402
 from reports.format import title  # noqa: E402
+from reports.rows import Ratio, Row  # noqa: E402
 
 MODE_STYLE = {"stream": "-", "sync": "--"}
 
@@ -24,31 +26,38 @@ def colors(names) -> dict[str, str]:
     return {name: f"C{i % 10}" for i, name in enumerate(sorted(set(names)))}
 
 
-def value(row: dict, column: str):
+def value(row, column: str):
     """The row's value for ``column``, or None (also for an empty CSV-style cell)."""
     v = row.get(column)
     return None if v in (None, "") else v
 
 
-def series(rows: list[dict], task: str | None, column: str, x: str = "concurrency", name: str = "server",
-           by: str | None = None):
+def interval_of(row, column: str):
+    """The interval drawn for ``column`` of a row (a ratio's own), None for a row without intervals."""
+    if isinstance(row, Ratio):
+        return row.interval
+    return row.interval(column) if isinstance(row, Row) else None
+
+
+def series(rows: list, task: str | None, column: str, x: str = "concurrency", name: str = "server",
+           by: str | None = None, line=None):
     """``{(name, mode): [(x, y, low, high, enough), ...]}`` over ok rows holding ``column``, in order of ``by``
-    (default ``x``).
+    (default ``x``); ``line(row)`` gives another key of the row's line than ``(name, mode)``.
 
     ``enough``: the value passes the minimum-sample rule (False: drawn hollow, without an interval).
     """
     out: dict[tuple[str, str], list] = {}
     for row in rows:
-        if row.get("status", "ok") != "ok" or (task and row["task"] != task):
+        if row.get("status", "ok") != "ok" or (task and row.get("task") != task):
             continue
         y, xv = value(row, column), value(row, x)
         if y is None or xv is None:
             continue
         low, high = ("ci_low", "ci_high") if column == "value" else (f"{column}_ci_low", f"{column}_ci_high")
-        iv = (row.get("_iv") or {}).get(column) if isinstance(row.get("_iv"), dict) else row.get("_iv")
+        iv = interval_of(row, column)
         enough = iv is None or iv.value is not None
-        out.setdefault((row[name], row.get("mode", "")), []).append(
-            (xv, y, value(row, low), value(row, high), enough, value(row, by or x)))
+        key = line(row) if line else (row.get(name), row.get("mode", ""))
+        out.setdefault(key, []).append((xv, y, value(row, low), value(row, high), enough, value(row, by or x)))
     return {k: [p[:5] for p in sorted(v, key=lambda p: p[5])] for k, v in out.items()}
 
 
@@ -94,19 +103,19 @@ def save(fig, path: Path) -> Path:
     return path
 
 
-def matrix_rows(rows: list[dict]) -> list[dict]:
+def matrix_rows(rows: list) -> list:
     """Closed-loop matrix rows (the ones drawn against concurrency)."""
     return [r for r in rows if value(r, "rate") is None and r.get("phase", "matrix") in ("matrix", None)]
 
 
-def write_plots(rows: list[dict], ratios: list[dict], out_dir: Path, baseline: str | None,
-                goodput_steps: list[dict] = (), turns: list[dict] = (), server_series: list[dict] = (),
+def write_plots(rows: list[Row], ratios: list[Ratio], out_dir: Path, baseline: str | None,
+                goodput_steps: list[dict] = (), turns: list[Row] = (), server_series: list[dict] = (),
                 capacity: list[dict] = ()) -> list[Path]:
     """Draw every plot the merged rows allow into ``out_dir``; return the files written."""
     written: list[Path] = []
     matrix = matrix_rows(rows)
-    tasks = sorted({r["task"] for r in matrix if r.get("status") == "ok"})
-    palette = colors(r["server"] for r in rows)
+    tasks = sorted({r.point.task for r in matrix if r.ok})
+    palette = colors(r.point.server for r in rows)
     for task in tasks:
         fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
         draw(left, series(matrix, task, "e2e_p50"), palette, 1000)
@@ -133,15 +142,15 @@ def write_plots(rows: list[dict], ratios: list[dict], out_dir: Path, baseline: s
             ax.set_title(f"{task}: {label}", fontsize=9)
             ax.set_ylabel("MiB")
         written.append(save(fig, out_dir / "memory.png"))
-    token_ratios = [r for r in matrix_rows(ratios) if r["metric"] == "output_token_throughput"
-                    and value(r, "value") is not None]
+    token_ratios = [r for r in matrix_rows(ratios) if r.metric == "output_token_throughput"
+                    and r.value is not None]
     if token_ratios and baseline:
-        servers = sorted({r["server"] for r in token_ratios})
-        task_palette = colors(r["task"] for r in token_ratios)
+        servers = sorted({r.get("server") for r in token_ratios})
+        task_palette = colors(r.get("task") for r in token_ratios)
         fig, axes = plt.subplots(1, len(servers), figsize=(5.5 * len(servers), 4), squeeze=False)
         for ax, server in zip(axes[0], servers):
-            draw(ax, series([dict(r, status="ok") for r in token_ratios if r["server"] == server], None, "value",
-                            name="task"), task_palette)
+            draw(ax, series([r for r in token_ratios if r.get("server") == server], None, "value", name="task"),
+                 task_palette)
             ax.axhline(1.0, color="grey", lw=0.8)
             ax.set_ylabel(f"{baseline} / {server}")
             ax.set_title(f"output token throughput: {baseline} / {server}", fontsize=10)
@@ -156,11 +165,11 @@ def write_plots(rows: list[dict], ratios: list[dict], out_dir: Path, baseline: s
 KNEE = (("ttft_p50", "TTFT p50"), ("ttft_p99", "TTFT p99"), ("e2e_p50", "E2E p50"), ("e2e_p99", "E2E p99"))
 
 
-def knee_plots(rows: list[dict], palette: dict[str, str], out_dir: Path) -> list[Path]:
+def knee_plots(rows: list[Row], palette: dict[str, str], out_dir: Path) -> list[Path]:
     """Latency against achieved request throughput, one curve per server, from the open-loop cells."""
-    open_loop = [r for r in rows if value(r, "rate") is not None and r.get("status") == "ok"]
+    open_loop = [r for r in rows if not r.point.load.closed and r.ok]
     written = []
-    for task in sorted({r["task"] for r in open_loop}):
+    for task in sorted({r.point.task for r in open_loop}):
         fig, axes = plt.subplots(1, len(KNEE), figsize=(4.2 * len(KNEE), 3.8), squeeze=False)
         for ax, (column, label) in zip(axes[0], KNEE):
             if draw(ax, series(open_loop, task, column, x="request_throughput", by="rate"), palette, 1000,
@@ -177,21 +186,21 @@ def knee_plots(rows: list[dict], palette: dict[str, str], out_dir: Path) -> list
 DECISION_MARKERS = {"held": "o", "failed": "x", "undecided": "s"}
 
 
-def goodput_plots(rows: list[dict], steps: list[dict], palette: dict[str, str], out_dir: Path,
+def goodput_plots(rows: list[Row], steps: list[dict], palette: dict[str, str], out_dir: Path,
                   capacity: list[dict] = ()) -> list[Path]:
     """Goodput against offered rate (capacity steps and open-loop cells), with the ideal y = x; each capacity
     step marked by its decision, each capacity as a line with its interval shaded."""
-    points = [dict(s, status="ok") for s in steps if s.get("goodput") is not None and s.get("rate") is not None]
+    points: list = [s for s in steps if s.get("goodput") is not None and s.get("rate") is not None]
     seen = {(p["server"], p["task"], p["mode"], p["rate"]) for p in points}
-    points += [r for r in rows if r.get("status") == "ok" and value(r, "rate") is not None
-               and value(r, "goodput") is not None and (r["server"], r["task"], r["mode"], r["rate"]) not in seen]
+    points += [r for r in rows if r.ok and not r.point.load.closed and value(r, "goodput") is not None
+               and (r.point.server, r.point.task, r.point.mode, r.point.load.rate) not in seen]
     written = []
-    for task in sorted({p["task"] for p in points}):
+    for task in sorted({p.get("task") for p in points}):
         fig, ax = plt.subplots(figsize=(5.5, 4))
         lines = series(points, task, "goodput", x="rate")
         draw(ax, lines, palette, log2_x=False, xlabel="offered requests/s")
         for decision, marker in DECISION_MARKERS.items():
-            mine = [p for p in points if p["task"] == task and p.get("decision") == decision]
+            mine = [p for p in points if p.get("task") == task and p.get("decision") == decision]
             for p in mine:
                 ax.plot(p["rate"], p["goodput"], marker, mfc="none", mec=palette.get(p["server"]), ms=8, ls="")
             if mine:
@@ -213,16 +222,19 @@ def goodput_plots(rows: list[dict], steps: list[dict], palette: dict[str, str], 
     return written
 
 
-def turn_plots(turns: list[dict], palette: dict[str, str], out_dir: Path) -> list[Path]:
-    """TTFT p50 by turn index of multi-turn conversations, one line per server and mode."""
+def turn_plots(turns: list[Row], palette: dict[str, str], out_dir: Path) -> list[Path]:
+    """TTFT p50 by turn index of multi-turn conversations, one line per server, mode and load level."""
     written = []
-    for task in sorted({t["task"] for t in turns}):
+
+    def line(t: Row) -> tuple[str, str]:
+        return t.point.server, f"{t.point.mode} {t.point.load.label}"
+
+    for task in sorted({t.point.task for t in turns}):
         fig, ax = plt.subplots(figsize=(5.5, 4))
-        mine = [dict(t, status="ok", mode=f"{t['mode']} " + (f"r{t['rate']:g}/s" if t.get("rate") is not None
-                                                             else f"c{t['concurrency']}")) for t in turns
-                if t["task"] == task]
-        if not draw(ax, series(mine, task, "ttft_p50", x="turn"), palette, 1000, log2_x=False, xlabel="turn"):
-            draw(ax, series(mine, task, "e2e_p50", x="turn"), palette, 1000, log2_x=False, xlabel="turn")
+        if not draw(ax, series(turns, task, "ttft_p50", x="turn", line=line), palette, 1000, log2_x=False,
+                    xlabel="turn"):
+            draw(ax, series(turns, task, "e2e_p50", x="turn", line=line), palette, 1000, log2_x=False,
+                 xlabel="turn")
         ax.set_ylabel("ms")
         ax.set_title(f"{task}: TTFT p50 by turn", fontsize=10)
         written.append(save(fig, out_dir / f"turns_{task}.png"))
@@ -243,7 +255,7 @@ def server_plots(series_rows: list[dict], out_dir: Path) -> list[Path]:
         fig, axes = plt.subplots(len(cells), 2, figsize=(11, 2.4 * len(cells) + 0.6), squeeze=False)
         repeated = any(c.get("repeat") for c in cells)
         for (left, right), s in zip(axes, cells):
-            level = f"r{s['rate']:g}/s" if s.get("rate") is not None else f"c{s['concurrency']}"
+            level = Point.of(s).load.label
             if repeated:
                 level += f" #{(s.get('repeat') or 0) + 1}"
             if s.get("phase") not in (None, "matrix"):
@@ -271,10 +283,10 @@ def server_plots(series_rows: list[dict], out_dir: Path) -> list[Path]:
     return written
 
 
-def compare_plot(rows: list[dict], path: Path) -> Path | None:
+def compare_plot(rows: list[Ratio], path: Path) -> Path | None:
     """B/A of each compared figure with its interval: one panel per figure, one line per cell (red: significant)."""
-    metrics = [m for m in dict.fromkeys(r["metric"] for r in rows) if any(
-        r["metric"] == m and value(r, "ratio") is not None for r in rows)]
+    metrics = [m for m in dict.fromkeys(r.metric for r in rows) if any(
+        r.metric == m and value(r, "ratio") is not None for r in rows)]
     if not metrics:
         return None
     cols = min(3, len(metrics))
@@ -282,16 +294,15 @@ def compare_plot(rows: list[dict], path: Path) -> Path | None:
     cells = sorted({_cell_label(r) for r in rows})
     fig, axes = plt.subplots(nrows, cols, figsize=(4.6 * cols, 0.9 + 0.32 * len(cells) * nrows), squeeze=False)
     for ax, metric in zip(axes.ravel(), metrics):
-        mine = [r for r in rows if r["metric"] == metric and value(r, "ratio") is not None]
+        mine = [r for r in rows if r.metric == metric and value(r, "ratio") is not None]
         for r in mine:
             y = cells.index(_cell_label(r))
             color = "C3" if r.get("significant") else "C0"
-            low, high = value(r, "ci_low"), value(r, "ci_high")
+            low, high, at = value(r, "ci_low"), value(r, "ci_high"), r.get("ratio")
             if low is not None and high is not None:
-                ax.errorbar([r["ratio"]], [y], xerr=[[r["ratio"] - low], [high - r["ratio"]]], fmt="o",
-                            color=color, capsize=3)
+                ax.errorbar([at], [y], xerr=[[at - low], [high - at]], fmt="o", color=color, capsize=3)
             else:
-                ax.plot([r["ratio"]], [y], "o", color=color, mfc="none")
+                ax.plot([at], [y], "o", color=color, mfc="none")
         ax.axvline(1.0, color="grey", lw=0.8)
         ax.set_xscale("log")
         ax.set_yticks(range(len(cells)), cells, fontsize=7)
@@ -302,7 +313,7 @@ def compare_plot(rows: list[dict], path: Path) -> Path | None:
     return save(fig, path)
 
 
-def _cell_label(row: dict) -> str:
-    level = "" if row.get("concurrency") is None and row.get("rate") is None else \
-        (f"r{row['rate']:g}/s" if row.get("rate") is not None else f"c{row['concurrency']}")
-    return " ".join(x for x in (row["server"], row["task"], row["mode"], level) if x)
+def _cell_label(row: Ratio) -> str:
+    """``mock qa stream c4`` of a compared point; ``mock qa stream`` of a capacity."""
+    level = "" if row.get("concurrency") is None else Point.of(row.record).load.label
+    return " ".join(x for x in (row.get("server"), row.get("task"), row.get("mode"), level) if x)

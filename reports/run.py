@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from llmload.core.metrics import RequestResult, RunSummary, summarize
+from llmload.core.points import Point
 from llmload.core.rawlog import read_results
 from llmload.core.runfiles import DEFAULT_BASELINE, Cell, RunFolderError, read_capacity, read_cells, read_manifest
 from monitors.sampler import peak_usage, read_monitor
@@ -48,18 +49,6 @@ class CellData:
         return [r for r in self.results if not r.warmup]
 
 
-#: What identifies a group of cells that differ only in their repeat index.
-def group_key(cell: Cell) -> tuple:
-    return (cell.server, cell.task, cell.mode, cell.concurrency, cell.rate, cell.phase)
-
-
-def describe_key(key: tuple) -> str:
-    """``mock qa stream c4`` (or ``r2.5/s``) of a group key; the phase when it is not the matrix."""
-    server, task, mode, concurrency, rate, phase = key
-    level = f"r{rate:g}/s" if rate is not None else f"c{concurrency}"
-    return " ".join([server, task, mode, level] + ([phase] if phase not in ("matrix", None) else []))
-
-
 @dataclass
 class RunData:
     """A whole run: its folder, ``run.json``, cells in matrix order and capacity searches."""
@@ -87,11 +76,11 @@ class RunData:
         return {entry["name"]: entry["prefix_caching"] for entry in self.manifest.get("servers") or []
                 if isinstance(entry, dict) and isinstance(entry.get("prefix_caching"), bool)}
 
-    def groups(self) -> dict[tuple, list[CellData]]:
-        """Cells by :func:`group_key` (repeats together), in matrix order."""
-        found: dict[tuple, list[CellData]] = {}
+    def groups(self) -> dict[Point, list[CellData]]:
+        """Cells by load point (repeats together), in matrix order."""
+        found: dict[Point, list[CellData]] = {}
         for c in self.cells:
-            found.setdefault(group_key(c.cell), []).append(c)
+            found.setdefault(c.cell.point, []).append(c)
         return found
 
 

@@ -8,8 +8,9 @@
 * server-side metrics (monitor columns from the server's ``/metrics``): series over time per cell;
 * prefix caching: a server with its prefix cache off against one with it on (run.json says which), per task.
 
-Each builder returns plain rows (dicts); :mod:`reports.merge` renders them and
-:mod:`reports.plots` draws them.
+Each builder returns rows (:class:`reports.rows.Row` where a row has estimates,
+:class:`reports.rows.Ratio` for a ratio, else a dict of its CSV columns);
+:mod:`reports.merge` renders them and :mod:`reports.plots` draws them.
 """
 
 from __future__ import annotations
@@ -19,13 +20,14 @@ import datetime as dt
 import numpy as np
 
 from llmload.core.calibration import Calibration
-from llmload.core.clienterror import FLAG_SHARE, FLAGGED, figures_of, flags
-from llmload.core.metrics import SLO, RunSummary, ratio
+from llmload.core.clienterror import FLAG_SHARE, FLAGGED
+from llmload.core.metrics import SLO, ratio
+from llmload.core.points import Point
 from llmload.core.sequential import UNDECIDED, interval_at
 from llmload.core.stats import Interval, has_enough, min_samples
-from reports.calibrate import spreads_for
-from reports.estimates import Requests, cell_intervals, ratio_intervals
+from reports.estimates import Estimates, Requests, cell_intervals
 from reports.format import number
+from reports.rows import Ratio, Row, ratio_record, ratios_of
 from reports.run import RunData
 
 #: Dispatch lag p99 above which a cell's load generator fell behind its schedule.
@@ -35,16 +37,15 @@ SERVER_SERIES = ("server_running", "server_waiting", "server_kv_cache_pct", "ser
 THROUGHPUTS = ("request_throughput", "output_token_throughput", "goodput")
 
 
-def describe(row: dict) -> str:
-    level = f"r{row['rate']:g}/s" if row.get("rate") is not None else f"c{row['concurrency']}"
-    return " ".join([row["server"], row["task"], row["mode"], level]
-                    + ([row["phase"]] if row.get("phase") not in (None, "matrix") else []))
+def describe(record: dict) -> str:
+    """The label of a record's load point (:attr:`llmload.core.points.Point.label`)."""
+    return Point.of(record).label
 
 
 # --------------------------------------------------------------------------- (a) open loop
 
 
-def lag_warnings(groups: list[dict]) -> list[str]:
+def lag_warnings(groups: list[Row]) -> list[str]:
     """One line per cell whose dispatch lag p99 passed :data:`LAG_WARN_S`.
 
     A cell with fewer values than a p99 needs (the table prints ``n=N<368``) is still
@@ -53,36 +54,26 @@ def lag_warnings(groups: list[dict]) -> list[str]:
     lines = []
     for row in groups:
         lag = row.get("dispatch_lag_p99")
-        if row.get("status") == "ok" and lag is not None and lag > LAG_WARN_S:
+        if row.ok and lag is not None and lag > LAG_WARN_S:
             n = row.get("dispatch_lag_n")
             small = ("" if n is None or has_enough("p99", int(n))
                      else f" (of {n} requests, fewer than the {min_samples('p99')} a p99 needs)")
-            lines.append(f"warning: {describe(row)}: dispatch lag p99 {lag * 1000:.1f} ms{small} > "
+            lines.append(f"warning: {row.point.label}: dispatch lag p99 {lag * 1000:.1f} ms{small} > "
                          f"{LAG_WARN_S * 1000:g} ms: the load generator fell behind its schedule "
                          "(the *_sched latencies include the lag)")
     return lines
 
 
-def client_error(cells: list, summary: RunSummary | None) -> dict:
-    """``client_error_ms`` (the largest bound its runs stated of themselves) and ``client_error_flags`` (the exact
-    figures of ``summary``, TTFT p50 and ITL mean, it passes 5 % of) of a cell or a group of repeats."""
-    bounds = [c.client_error["bound_ms"] for c in cells if c.client_error]
-    if not bounds:
-        return {}
-    bound = max(bounds)
-    found = flags(bound / 1000.0, figures_of(summary)) if summary is not None else []
-    return {"client_error_ms": bound, "client_error_flags": ",".join(found) or None}
-
-
-def client_error_warnings(groups: list[dict]) -> list[str]:
+def client_error_warnings(groups: list[Row]) -> list[str]:
     """One line per cell whose client-error bound passes 5 % of its TTFT p50 or ITL mean."""
     lines = []
     for row in groups:
-        if row.get("status") != "ok" or not row.get("client_error_flags"):
+        if not row.ok or not row.get("client_error_flags"):
             continue
-        figures = [f"{FLAGGED[name][1]} ({row[FLAGGED[name][0]] * 1000:.1f} ms)"
-                   for name in row["client_error_flags"].split(",")]
-        lines.append(f"warning: {describe(row)}: the client's timing error may reach {row['client_error_ms']:.1f} ms, "
+        figures = [f"{FLAGGED[name][1]} ({row.get(FLAGGED[name][0]) * 1000:.1f} ms)"
+                   for name in row.get("client_error_flags").split(",")]
+        lines.append(f"warning: {row.point.label}: the client's timing error may reach "
+                     f"{row.get('client_error_ms'):.1f} ms, "
                      f"more than {FLAG_SHARE:.0%} of {' and '.join(figures)}: the load generator's machine was busy "
                      "(add workers, or run it on a machine of its own)")
     return lines
@@ -163,41 +154,43 @@ def capacity_rows(run: RunData) -> list[dict]:
                      "ci_high": high, "confidence": e.get("confidence"), "interval": what, "held_rps": held,
                      "not_held_rps": not_held, "saturation_rps": e.get("saturation_rps"), "steps": len(steps),
                      "cells": sum(len(s.get("looks") or [None]) for s in steps),
-                     "undecided": sum(s.get("decision") == UNDECIDED for s in steps), "_entry": e})
+                     "undecided": sum(s.get("decision") == UNDECIDED for s in steps),
+                     "capacity_text": capacity_text(e)})
     return rows
 
 
-def capacity_ratios(rows: list[dict], baseline: str | None) -> list[dict]:
+def capacity_ratios(entries: list[dict], baseline: str | None) -> list[Ratio]:
     """Baseline over each other server's capacity, per task and mode, with its interval (:func:`capacity_ratio`)."""
     if baseline is None:
         return []
-    tops = {(r["task"], r["mode"]): r for r in rows if r["server"] == baseline}
+    tops = {(e.get("task"), e.get("mode")): e for e in entries if e.get("server") == baseline}
     out = []
-    for r in rows:
-        top = tops.get((r["task"], r["mode"]))
-        if r["server"] == baseline or top is None:
+    for e in entries:
+        top = tops.get((e.get("task"), e.get("mode")))
+        if e.get("server") == baseline or top is None:
             continue
-        iv, method = capacity_ratio(top["_entry"], r["_entry"])
-        out.append({"ratio": f"{baseline} / {r['server']}", "baseline": baseline, "server": r["server"],
-                    "task": r["task"], "mode": r["mode"], "concurrency": None, "rate": None, "phase": "capacity",
-                    "metric": "capacity_rps", "value": iv.value, "ci_low": iv.low, "ci_high": iv.high,
-                    "significant": iv.significant, "pairs": None, "method": method, "_iv": iv,
-                    "slo": top["slo"]})
+        iv, method = capacity_ratio(top, e)
+        record = {"ratio": f"{baseline} / {e.get('server')}", "baseline": baseline, "server": e.get("server"),
+                  "task": e.get("task"), "mode": e.get("mode"), "concurrency": None, "rate": None,
+                  "phase": "capacity", "metric": "capacity_rps", "value": iv.value, "ci_low": iv.low,
+                  "ci_high": iv.high, "significant": iv.significant, "pairs": None, "method": method,
+                  "slo": slo_text(top)}
+        out.append(Ratio("capacity_rps", iv.value, iv, method, record, top, e))
     return out
 
 
-def capacity_sentence(r: dict) -> str:
+def capacity_sentence(r: Ratio) -> str:
     """``vllm holds 7.5x [6.0, 9.4] the rate of basic-naive within ttft<=1000ms (significant)``."""
-    iv: Interval = r["_iv"]
+    iv, task, mode, slo = r.interval, r.get("task"), r.get("mode"), r.get("slo")
     if iv.value is None:
-        return f"{r['task']} {r['mode']}: no ratio of {r['ratio']} (a server held no rate tried within {r['slo']})"
-    text = f"{r['task']} {r['mode']}: {r['baseline']} holds {iv.value:.2g}x"
+        return f"{task} {mode}: no ratio of {r.get('ratio')} (a server held no rate tried within {slo})"
+    text = f"{task} {mode}: {r.get('baseline')} holds {iv.value:.2g}x"
     if iv.has_interval:
         text += f" [{iv.low:.2g}, {iv.high:.2g}]"
-    text += f" the rate of {r['server']} within {r['slo']}"
+    text += f" the rate of {r.get('server')} within {slo}"
     if iv.significant is not None:
         text += (" (significant)" if iv.significant else
-                 " (not significant: the brackets overlap)" if r.get("method") == "brackets" else
+                 " (not significant: the brackets overlap)" if r.method == "brackets" else
                  " (not significant: the interval holds 1)")
     return text
 
@@ -251,23 +244,23 @@ REPEAT_COLUMNS = ["server", "task", "mode", "concurrency", "rate", "phase", "rep
     f"{c}_{s}" for c in THROUGHPUTS for s in ("mean", "ci_low", "ci_high", "min", "max")]
 
 
-def repeat_rows(groups: list[dict]) -> list[dict]:
-    """Per cell with 2+ repeats: each throughput's mean over repeats, its t interval, min and max."""
+def repeat_rows(groups: list[Row]) -> list[dict]:
+    """Per point with 2+ repeats: each throughput's mean over repeats, its t interval, min and max (and
+    ``<figure>_values``, each repeat's)."""
     rows = []
     for g in groups:
-        cells = g.get("_cells") or []
-        if len(cells) < 2 or g.get("phase") == "capacity":  # a capacity step's looks differ in size: no repeats
+        cells = g.estimates.repeats
+        if len(cells) < 2 or g.point.phase == "capacity":  # a capacity step's looks differ in size: no repeats
             continue
-        row = {k: g.get(k) for k in ("server", "task", "mode", "concurrency", "rate", "phase")}
-        row["repeats"] = len(cells)
+        row = {**g.point.record(), "repeats": len(cells)}
         for column in THROUGHPUTS:
-            values = [c.get(column) for c in cells if c.get(column) is not None]
+            values = [c.value(column) for c in cells if c.value(column) is not None]
             if not values:
                 continue
-            iv = g.get("_iv", {}).get(column)
+            iv = g.interval(column)
             row.update({f"{column}_mean": g.get(column), f"{column}_ci_low": iv.low if iv else None,
                         f"{column}_ci_high": iv.high if iv else None, f"{column}_min": min(values),
-                        f"{column}_max": max(values), f"_{column}_values": values})
+                        f"{column}_max": max(values), f"{column}_values": values})
         rows.append(row)
     return rows
 
@@ -279,28 +272,20 @@ TURN_COLUMNS = ["server", "task", "mode", "concurrency", "rate", "turn", "reques
                 "ttft_p50_ci_high", "e2e_p50", "e2e_p50_ci_low", "e2e_p50_ci_high", "covers"]
 
 
-def turn_rows(run: RunData) -> list[dict]:
-    """Per cell (repeats pooled) and turn index: TTFT and E2E p50 with their within-run intervals."""
+def turn_rows(run: RunData) -> list[Row]:
+    """Per load point (repeats pooled) and turn index: TTFT and E2E p50 with their within-run intervals."""
     rows = []
-    for key, cells in run.groups().items():
+    for point, cells in run.groups().items():
         ok = [c for c in cells if c.ok]
         measured = [r for c in ok for r in c.measured]
         turns = sorted({r.turn for r in measured if r.turn is not None})
-        if not turns:
-            continue
-        server, task, mode, concurrency, rate, phase = key
         for turn in turns:
             mine = [r for r in measured if r.turn == turn]
-            found = cell_intervals(Requests(mine, 0.0), ("turn", turn) + key)
-            row = {"server": server, "task": task, "mode": mode, "concurrency": concurrency, "rate": rate,
-                   "phase": phase, "turn": turn, "requests": len(mine), "_iv": found}
-            for column in ("ttft_p50", "e2e_p50"):
-                iv = found.get(column)
-                row[column] = iv.value if iv else None
-                row[f"{column}_ci_low"], row[f"{column}_ci_high"] = (iv.low, iv.high) if iv else (None, None)
-                if iv is not None and iv.has_interval:
-                    row["covers"] = iv.covers
-            rows.append(row)
+            found = cell_intervals(Requests(mine, 0.0), ("turn", turn) + point.key)
+            figures = {c: found[c].value if c in found else None for c in ("ttft_p50", "e2e_p50")}
+            covers = [found[c].covers for c in figures if c in found and found[c].has_interval]
+            rows.append(Row(point, "ok", None, Estimates(figures, found),
+                            {"turn": turn, "requests": len(mine), "covers": covers[-1] if covers else None}))
     return rows
 
 
@@ -360,37 +345,27 @@ PREFIX_COLUMNS = ["off_server", "on_server", "task", "mode", "concurrency", "rat
                   "significant", "method"]
 
 
-def prefix_rows(groups: list[dict], caching: dict[str, bool], calibration: Calibration | None = None
-                ) -> list[dict]:
+def prefix_rows(groups: list[Row], caching: dict[str, bool], calibration: Calibration | None = None
+                ) -> list[Ratio]:
     """TTFT p50/p99 of each server with its prefix cache off against each with it on (``caching``: server name
-    -> cache on), in the cells both ran (same task, mode and level), and off / on with its paired interval."""
-    def point(r):
-        return (r["task"], r["mode"], r["concurrency"], r.get("rate"), r.get("phase"))
-
-    ok = [r for r in groups if r["status"] == "ok" and r["server"] in caching]
+    -> cache on), in the points both ran (same task, mode, level and phase), and off / on with its paired
+    interval."""
+    ok = [r for r in groups if r.ok and r.point.server in caching]
     rows = []
     for on_server in (name for name, on in caching.items() if on):
-        on = {point(r): r for r in ok if r["server"] == on_server}
-        for off in (r for r in ok if not caching[r["server"]]):
-            cached = on.get(point(off))
+        on = {r.point.shared: r for r in ok if r.point.server == on_server}
+        for off in (r for r in ok if not caching[r.point.server]):
+            cached = on.get(off.point.shared)
             if cached is None:
                 continue
-            found = ratio_intervals(off["_requests"], cached["_requests"], ("ttft_p50", "ttft_p99"),
-                                    ("prefix", off["server"], on_server) + point(off), off["_cells"],
-                                    cached["_cells"], (spreads_for(calibration, off), spreads_for(calibration, cached)))
-            for column in ("ttft_p50", "ttft_p99"):
-                if column not in found:
-                    continue
-                iv, method = found[column]
-                a, b = off.get("_iv", {}).get(column), cached.get("_iv", {}).get(column)
-                rows.append({"off_server": off["server"], "on_server": on_server, "task": off["task"],
-                             "mode": off["mode"], "concurrency": off["concurrency"], "rate": off.get("rate"),
-                             "metric": column, "off": off.get(column), "off_ci_low": a.low if a else None,
-                             "off_ci_high": a.high if a else None, "on": cached.get(column),
-                             "on_ci_low": b.low if b else None, "on_ci_high": b.high if b else None,
-                             "ratio": iv.value if iv.value is not None else ratio(off.get(column),
-                                                                                  cached.get(column)),
-                             "ci_low": iv.low, "ci_high": iv.high, "covers": iv.covers if iv.has_interval else None,
-                             "significant": iv.significant,
-                             "method": method, "_iv": iv, "_off": off, "_on": cached})
+            key = ("prefix", off.point.server, on_server) + off.point.key[1:]
+            for column, (value, iv, method) in ratios_of(off, cached, ("ttft_p50", "ttft_p99"), key,
+                                                          calibration).items():
+                a, b = off.interval(column), cached.interval(column)
+                record = {"off_server": off.point.server, "on_server": on_server, **off.point.record(),
+                          "metric": column, "off": off.get(column), "off_ci_low": a.low if a else None,
+                          "off_ci_high": a.high if a else None, "on": cached.get(column),
+                          "on_ci_low": b.low if b else None, "on_ci_high": b.high if b else None, "ratio": value,
+                          **ratio_record(iv, method)}
+                rows.append(Ratio(column, value, iv, method, record, off, cached))
     return rows

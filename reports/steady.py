@@ -30,18 +30,19 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from llmload.core.metrics import RequestResult, RunSummary, summarize
 from llmload.core.rawlog import read_results
 from llmload.core.runfiles import Cell
+from llmload.core.stats import Interval
 from llmload.core.tables import render
 from reports.estimates import Requests, cell_intervals
 from reports.format import number, shown, title
 from reports.run import CellData, RunData
-from reports.sections import client_rate, describe
+from reports.sections import client_rate
 
 #: Most bins of the two series (the window's resolution is MSER_BATCH of them).
 MAX_BINS = 200
@@ -177,37 +178,51 @@ def _figure(column: str, latency: RunSummary, delivered: RunSummary):
     return source.flat().get(column)
 
 
-def cell_steady(data, key: tuple) -> dict:
+@dataclass
+class SteadyRow:
+    """One cell's steady window: its CSV columns (:data:`STEADY_COLUMNS`), and the intervals of its figures over
+    the whole run and over the window."""
+
+    record: dict
+    name: str  # as the table names the cell
+    whole: dict[str, Interval] = field(default_factory=dict)
+    steady: dict[str, Interval] = field(default_factory=dict)
+
+    def get(self, column: str, default=None):
+        return self.record.get(column, default)
+
+
+def cell_steady(data, key: tuple, name: str | None = None) -> SteadyRow:
     """One row: the cell's identity, its window and its figures, whole-run and steady, with intervals."""
     cell = data.cell
-    row = {"server": cell.server, "task": cell.task, "mode": cell.mode, "concurrency": cell.concurrency,
-           "rate": cell.rate, "repeat": cell.repeat, "phase": cell.phase, "_whole_iv": {}, "_steady_iv": {}}
+    row = SteadyRow({**cell.point.record(), "repeat": cell.repeat}, name or cell.point.label)
     measured = data.measured
     window, reason = find_window(data.results)
-    row["reason"] = reason
-    row["measured_requests"] = len(measured)
+    record = row.record
+    record["reason"] = reason
+    record["measured_requests"] = len(measured)
     for column in COMPARED:
-        row[f"whole_{column}"] = data.summary.flat().get(column) if data.summary else None
+        record[f"whole_{column}"] = data.summary.flat().get(column) if data.summary else None
     if window is None:
         return row
     latency, delivered = steady_summary(data.results, window)
     inside = window.started_in(measured)
-    row.update(window_start_s=window.start - window.first, window_end_s=window.end - window.first,
-               span_s=window.last - window.first, window_requests=len(inside),
-               share_pct=100.0 * len(inside) / len(measured) if measured else None)
+    record.update(window_start_s=window.start - window.first, window_end_s=window.end - window.first,
+                  span_s=window.last - window.first, window_requests=len(inside),
+                  share_pct=100.0 * len(inside) / len(measured) if measured else None)
     started = cell_intervals(Requests(inside, window.duration), ("steady",) + key)
     ended = cell_intervals(Requests(window.ended_in(measured), window.duration), ("steady-end",) + key)
     for column in COMPARED:
-        row[f"steady_{column}"] = _figure(column, latency, delivered)
+        record[f"steady_{column}"] = _figure(column, latency, delivered)
         iv = (ended if column in THROUGHPUTS else started).get(column)
         if iv is not None:
-            row["_steady_iv"][column] = iv
+            row.steady[column] = iv
     return row
 
 
-def steady_rows(run: RunData, whole_rows: list[dict] | None = None) -> list[dict]:
-    """One row per ok cell with a raw log; ``whole_rows`` (the report's cell rows, same order) lend their
-    intervals to the whole-run figures."""
+def steady_rows(run: RunData, whole_rows: list | None = None) -> list[SteadyRow]:
+    """One row per ok cell with a raw log; ``whole_rows`` (the report's cell rows, :class:`reports.rows.Row`,
+    same order) lend their intervals to the whole-run figures."""
     rows = []
     for i, data in enumerate(run.cells):
         if not data.ok or not data.results:
@@ -215,7 +230,7 @@ def steady_rows(run: RunData, whole_rows: list[dict] | None = None) -> list[dict
         cell = data.cell
         row = cell_steady(data, cell.key + (cell.phase,))
         if whole_rows is not None:
-            row["_whole_iv"] = {c: iv for c, iv in (whole_rows[i].get("_iv") or {}).items() if c in COMPARED}
+            row.whole = {c: iv for c, iv in whole_rows[i].estimates.intervals.items() if c in COMPARED}
         rows.append(row)
     return rows
 
@@ -228,14 +243,14 @@ def _plain(column: str, value, iv) -> str | None:
     return text
 
 
-def window_text(row: dict) -> str:
+def window_text(row: SteadyRow) -> str:
     """``2.0-14.1 s of 14.6`` (seconds from the cell's first request), or why there is none."""
     if row.get("window_start_s") is None:
         return row.get("reason") or "none"
-    return (f"{number(row['window_start_s'])}-{number(row['window_end_s'])} s of {number(row['span_s'])}")
+    return f"{number(row.get('window_start_s'))}-{number(row.get('window_end_s'))} s of {number(row.get('span_s'))}"
 
 
-def table(rows: list[dict], text=_plain) -> str:
+def table(rows: list[SteadyRow], text=_plain) -> str:
     """The Markdown table: the window, the share of requests in it, each figure whole-run and steady.
 
     ``text(column, value, interval)`` renders one figure (the report passes its interval renderer).
@@ -243,13 +258,13 @@ def table(rows: list[dict], text=_plain) -> str:
     cells = any(r.get("repeat") for r in rows)
     body = []
     for r in rows:
-        name = r.get("name") or describe(r) + (f" rep {r['repeat']}" if cells and r.get("repeat") else "")
+        name = r.name + (f" rep {r.get('repeat')}" if cells and r.get("repeat") else "")
         line = [name, window_text(r),
                 None if r.get("window_requests") is None else
-                f"{r['window_requests']} of {r['measured_requests']} ({r['share_pct']:.0f} %)"]
+                f"{r.get('window_requests')} of {r.get('measured_requests')} ({r.get('share_pct'):.0f} %)"]
         for column in COMPARED:
-            line.append(text(column, r.get(f"whole_{column}"), r["_whole_iv"].get(column)))
-            line.append(text(column, r.get(f"steady_{column}"), r["_steady_iv"].get(column)))
+            line.append(text(column, r.get(f"whole_{column}"), r.whole.get(column)))
+            line.append(text(column, r.get(f"steady_{column}"), r.steady.get(column)))
         body.append(line)
     headers = ["cell", "steady window", "requests in it"]
     for column in COMPARED:
@@ -264,7 +279,7 @@ NOTE = ("Each cell's steady window leaves out ramp-up and drain: it ends at the 
         "above (docs/statistics.md).")
 
 
-def lines(rows: list[dict], text=_plain) -> list[str]:
+def lines(rows: list[SteadyRow], text=_plain) -> list[str]:
     """The report's section (nothing when no cell has a raw log)."""
     if not rows:
         return []
@@ -294,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
         name = str(path).removesuffix("_requests.jsonl")
         data = CellData(cell=Cell(server=name, task="", mode="", concurrency=0, prefix=name), results=results,
                         summary=summarize(results) if results else None, status="ok")
-        rows.append({**cell_steady(data, (name,)), "name": name})
+        rows.append(cell_steady(data, (name,), name))
     print(table(rows))
     return 0
 

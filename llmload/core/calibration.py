@@ -42,11 +42,6 @@ class Spread:
     cells: int = 1  # cells (with their repeats) it was measured on
 
 
-def level_of(concurrency: int | None, rate: float | None) -> str:
-    """``c8`` for a closed loop of 8 users, ``r2.5`` for an open loop of 2.5 requests/s."""
-    return f"r{rate:g}" if rate is not None else f"c{concurrency}"
-
-
 def machine_id(machine: dict | None) -> dict:
     """The parts of a run.json ``machine`` that identify it (:data:`MACHINE_KEYS`)."""
     machine = machine if isinstance(machine, dict) else {}
@@ -76,7 +71,7 @@ class Calibration:
 
     def for_cell(self, server: str, task: str, mode: str, level: str) -> dict[str, Spread]:
         """Each figure's spread for a cell: the cell's own kind, else the same task and mode at any level, else
-        the server and mode pooled."""
+        the server and mode pooled (``level``: the load's tag, :attr:`llmload.core.points.Load.tag`)."""
         found: dict[str, Spread] = {}
         for kind in ((server, task, mode, level), (server, task, mode, None), (server, None, mode, None)):
             for figure, spread in self.spreads.get(kind, {}).items():

@@ -8,7 +8,7 @@ of load level is one more field of :class:`Load` with its label and tag.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 #: The parts of a run a cell can belong to.
@@ -77,10 +77,6 @@ class Point:
     def sort_key(self) -> tuple:
         return (self.server, self.task, self.mode, PHASES.index(self.phase) if self.phase in PHASES else 9,
                 self.load.sort_key)
-
-    def on(self, server: str) -> "Point":
-        """The same point on another server."""
-        return replace(self, server=server)
 
     def record(self) -> dict:
         """The point as the run files' and the report's columns."""

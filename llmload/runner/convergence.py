@@ -2,7 +2,7 @@
 
 The headline figures are output tokens/s (every cell) and TTFT p50 (streaming
 cells): the figures of the report's headline ratios. Their intervals are the
-report's own, for the level's repeats pooled (:func:`reports.merge.run_rows` on
+report's own, for the level's repeats pooled (:func:`reports.rows.run_rows` on
 those cells' files), so the runner stops on the interval the report will
 print. A level has converged when every headline interval's larger half-width
 is at most PCT % of its value; it needs 2 repeats at least, since one run's
@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from llmload.core.runfiles import Cell, RunFolderError, read_manifest
-from reports.merge import run_rows
+from reports.rows import run_rows
 from reports.run import ReportError, RunData, load_cell
 
 #: The headline figures of a cell, by mode.
@@ -32,10 +32,9 @@ def half_widths(run_dir: Path, cells: list[Cell]) -> dict[str, float | None]:
     except (ReportError, RunFolderError):  # a file the report cannot read: no interval, so no convergence
         return {column: None for column in columns}
     _, groups = run_rows(run)
-    found = groups[0].get("_iv", {}) if groups else {}
     out: dict[str, float | None] = {}
     for column in columns:
-        iv = found.get(column)
+        iv = groups[0].interval(column) if groups else None
         if iv is None or not iv.has_interval or not iv.value:
             out[column] = None
         else:

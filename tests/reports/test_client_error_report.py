@@ -35,12 +35,12 @@ def test_cells_carry_their_bound_and_the_flags_and_repeats_the_worst(tmp_path):
     older = run.add("vllm", "qa", "stream", 4, closed_loop(0.1 * rng.uniform(0.95, 1.05, 40), 4))
     stated(older, run, None)  # a summary without a bound (an older load generator): nothing said
     report = build_report(load_run(run.path))
-    rows = {(r["server"], r["concurrency"], r["repeat"]): r for r in report.rows}
+    rows = {(r.point.server, r.point.load.concurrency, r.repeat): r.record() for r in report.rows}
     assert rows[("basic", 1, 0)]["client_error_ms"] == 0.3 and rows[("basic", 1, 0)]["client_error_flags"] is None
     assert rows[("basic", 4, 0)]["client_error_flags"] == "ttft,itl"
     assert rows[("vllm", 1, 1)]["client_error_flags"] == "itl"  # 0.8 ms > 0.5 ms, < 5 ms
     assert "client_error_ms" not in rows[("vllm", 4, 0)]
-    groups = {(g["server"], g["concurrency"]): g for g in report.groups}
+    groups = {(g.point.server, g.point.load.concurrency): g.record() for g in report.groups}
     assert groups[("vllm", 1)]["client_error_ms"] == 0.8 and groups[("vllm", 1)]["client_error_flags"] == "itl"
     warnings = [w for w in report.warnings if "client's timing error" in w]
     assert len(warnings) == 2 and any("basic qa stream c4" in w and "TTFT p50" in w for w in warnings)
