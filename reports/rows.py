@@ -47,11 +47,6 @@ class Row:
     def ok(self) -> bool:
         return self.status == "ok"
 
-    @property
-    def repeats(self) -> int:
-        """Ok repeats pooled into the row (0 for a cell row)."""
-        return self.other.get("repeats") or 0
-
     def interval(self, column: str) -> Interval | None:
         return self.estimates.interval(column)
 
@@ -172,8 +167,8 @@ def group_row(point: Point, cells: list[CellData], rows: dict[int, Row], calibra
         return replace(row, estimates=estimates, other={**row.other, "repeats": len(ok)})
     requests = requests_of(ok)
     pooled = pooled_summary(ok)
-    estimates = Estimates({**pooled.flat(), "duration_s": sum(c.summary.duration_s for c in ok),  # the repeats'
-                           **requests.counts()}, requests=requests,  # wall times, not the span between
+    duration = sum(c.summary.duration_s for c in ok)  # the repeats' wall times, not the span between them
+    estimates = Estimates({**pooled.flat(), "duration_s": duration, **requests.counts()}, requests=requests,
                           repeats=[rows[id(c)].estimates for c in ok])
     estimates.intervals.update(calibrated(cell_intervals(requests, ("group",) + point.key),
                                           spreads_for(calibration, point), len(ok)))

@@ -1,4 +1,4 @@
-"""A load point: what one cell measures (server, task, mode, load level, phase), its label and its sort order.
+"""A load point: what one cell measures (server, task, mode, load level, phase) and its label.
 
 The runner plans, names and prints its cells by it; the reports group, match and
 label their rows by it; ``cells.jsonl`` and the report's CSVs hold it as the
@@ -10,10 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Mapping
-
-#: The parts of a run a cell can belong to.
-PHASES = ("matrix", "sweep", "capacity")
-
 
 @dataclass(frozen=True)
 class Load:
@@ -41,11 +37,6 @@ class Load:
         """``c=8`` or ``rate=2.5/s pool=16``: as the runner's progress lines show it."""
         return f"c={self.concurrency}" if self.closed else f"rate={self.rate:g}/s pool={self.concurrency}"
 
-    @property
-    def sort_key(self) -> tuple:
-        """Closed loops by users, then open loops by rate."""
-        return (0, self.concurrency, 0.0) if self.closed else (1, self.rate, self.concurrency)
-
 
 @dataclass(frozen=True)
 class Point:
@@ -55,7 +46,7 @@ class Point:
     task: str
     mode: str
     load: Load
-    phase: str = "matrix"
+    phase: str = "matrix"  # which part of the run: "matrix", "sweep" or "capacity"
 
     @property
     def key(self) -> tuple:
@@ -72,11 +63,6 @@ class Point:
     def shared(self) -> tuple:
         """What two servers' points share to be compared: task, mode, load level and phase."""
         return (self.task, self.mode, self.load, self.phase)
-
-    @property
-    def sort_key(self) -> tuple:
-        return (self.server, self.task, self.mode, PHASES.index(self.phase) if self.phase in PHASES else 9,
-                self.load.sort_key)
 
     def record(self) -> dict:
         """The point as the run files' and the report's columns."""
