@@ -121,12 +121,10 @@ def cell_coverage(cells: list, label: str, figures=FIGURES) -> list[Coverage]:
 
 def run_coverage(run: RunData) -> list[Coverage]:
     rows = []
-    for key, cells in run.groups().items():
+    for point, cells in run.groups().items():
         ok = [c for c in cells if c.ok and c.summary is not None]
         if len(ok) >= 3:
-            server, task, mode, concurrency, rate, _ = key
-            level = f"r{rate:g}/s" if rate is not None else f"c{concurrency}"
-            rows += cell_coverage(ok, f"{server} {task} {mode} {level}")
+            rows += cell_coverage(ok, f"{point.server} {point.task} {point.mode} {point.load.label}")
     return rows
 
 
