@@ -4,7 +4,11 @@
 ``llmload:kv_cache_usage_perc`` (0..1) are read from the engine at each scrape
 (:meth:`server.engines.base.Engine.load`); ``llmload:time_to_first_token_seconds``
 is a histogram with vLLM's buckets, from the request reaching the endpoint to
-its first token. Each app has its own registry, so several apps in one process
+its first token. ``llmload:generation_tokens_total`` counts the tokens the app
+took from the engine as they came, and ``llmload:request_success_total`` the
+generations that ended, labelled ``finished_reason`` (``stop``, ``length``, or
+``abort`` for a client that went away, ``error``: unlike vLLM, whose aborted requests never
+reach its counters, these count). Each app has its own registry, so several apps in one process
 do not clash.
 """
 
@@ -13,7 +17,7 @@ from __future__ import annotations
 import time
 from typing import AsyncIterator, Callable, Iterator
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from server.engines.base import Engine, GenerationDelta
@@ -56,10 +60,18 @@ class ServerMetrics:
         self.registry.register(_EngineCollector(get_engine))
         self.ttft = Histogram(PREFIX + "time_to_first_token_seconds", "Histogram of time to first token in seconds.",
                               labelnames=["model_name"], buckets=TTFT_BUCKETS, registry=self.registry)
+        self.tokens = Counter(PREFIX + "generation_tokens", "Number of generation tokens processed (a cancelled "
+                              "request's up to its cancel).", labelnames=["model_name"], registry=self.registry)
+        self.finished = Counter(PREFIX + "request_success", "Count of finished requests by finished_reason (abort: "
+                                "its client went away before the end).", labelnames=["model_name", "finished_reason"],
+                                registry=self.registry)
 
     def started(self, engine: Engine) -> None:
         """Create the engine's series, so that the histogram reads 0 before the first request (as vLLM's)."""
         self.ttft.labels(engine.served_model_name)
+        self.tokens.labels(engine.served_model_name)
+        for reason in ("stop", "length", "abort", "error"):
+            self.finished.labels(engine.served_model_name, reason)
 
     def render(self) -> tuple[bytes, str]:
         """The exposition text and its content type."""
@@ -67,13 +79,23 @@ class ServerMetrics:
 
     async def timed(self, generation: AsyncIterator[GenerationDelta], model_name: str,
                     started: float) -> AsyncIterator[GenerationDelta]:
-        """``generation``, observing the time from ``started`` (``time.perf_counter()``) to its first delta."""
+        """``generation``, observing the time from ``started`` (``time.perf_counter()``) to its first delta, its
+        tokens as they come, and how it ended."""
+        tokens, reason = self.tokens.labels(model_name), "abort"
         try:
-            first = True
+            first, counted = True, 0
             async for delta in generation:
                 if first:
                     self.ttft.labels(model_name).observe(time.perf_counter() - started)
                     first = False
+                tokens.inc(max(delta.completion_tokens - counted, 0))
+                counted = max(counted, delta.completion_tokens)
+                if delta.finish_reason is not None:
+                    reason = delta.finish_reason
                 yield delta
+        except Exception:
+            reason = "error"
+            raise
         finally:
+            self.finished.labels(model_name, reason).inc()
             await generation.aclose()  # closing this closes the engine's stream, which cancels its work

@@ -25,6 +25,7 @@ from typing import Callable, Sequence
 
 import gevent
 
+from llmload.core.cancel import CancelPoint
 from llmload.core.metrics import RequestResult
 from llmload.core.records import PromptRecord
 from llmload.core.transport import HTTPTransport, LineResponse, TransportError
@@ -48,6 +49,40 @@ UNREACHABLE = "unreachable"
 
 class RequestTimeout(Exception):
     """Raised by the client's own gevent.Timeout (a distinct class, so no other timeout is mistaken for it)."""
+
+
+class Cancelled(Exception):
+    """Raised by the cancel point's own timer: the client abandons the request now."""
+
+
+class CancelTimer:
+    """Abandons a request at its :class:`CancelPoint`: a timer from the send or from the first output chunk, or a
+    count of the output tokens read so far (:meth:`due`)."""
+
+    def __init__(self, point: CancelPoint | None):
+        self.point = point
+        self._timer: gevent.Timeout | None = None
+
+    def sent(self) -> None:
+        if self.point is not None and self.point.kind == "send":
+            self._timer = gevent.Timeout.start_new(self.point.value, Cancelled)
+
+    def due(self, reader: StreamReader, arrived: float) -> bool:
+        """After each piece of a stream: True once the token count is reached; starts the ``ttft+`` timer."""
+        point = self.point
+        if point is None or not reader.token_offsets:
+            return False
+        if point.kind == "tokens":
+            running = reader.running[-1] if reader.running else None
+            return (running if running is not None else len(reader.token_offsets)) >= point.value
+        if point.kind == "ttft" and self._timer is None:
+            self._timer = gevent.Timeout.start_new(max(arrived + point.value - time.perf_counter(), 0.0),
+                                                   Cancelled)
+        return False
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.close()
 
 
 class LLMClient:
@@ -83,28 +118,37 @@ class LLMClient:
                              mode=self.params.mode, start_time=time.time(), end_offset=0.0, success=False,
                              error=error, prompt_id=record.id, worker=self.worker, flags=list(flags or ()))
 
-    def generate(self, record: PromptRecord, model: str, messages: list[dict] | None = None) -> RequestResult:
-        """Send ``record`` (or, for chat, ``messages`` in its place) to ``model``; measure and return the result."""
+    def generate(self, record: PromptRecord, model: str, messages: list[dict] | None = None,
+                 cancel: CancelPoint | None = None) -> RequestResult:
+        """Send ``record`` (or, for chat, ``messages`` in its place) to ``model``; measure and return the result.
+
+        ``cancel``: close the connection at that point (the result is ``cancelled``, with what arrived until then),
+        unless the answer is complete first."""
         payload = encode_body(build_body(record, self.params, model, messages))
         accept = "text/event-stream" if self.params.stream else "application/json"
         response: LineResponse | None = None
         status = 0
         outcome: Outcome
+        timer = CancelTimer(cancel)
+        cancelled = False
         start_time = time.time()
         t0 = time.perf_counter()
         end = t0
         try:
             with gevent.Timeout(self.timeout, RequestTimeout):
+                timer.sent()
                 response = self.transport.send("POST", self.params.path, payload, accept=accept)
                 status = response.status_code
                 if status != 200:
                     body, end = response.read()
                     outcome = Outcome(error=http_error_message(status, body, self.params.path))
                 elif self.params.stream:
-                    outcome, end = self._read_stream(response, t0)
+                    outcome, end, cancelled = self._read_stream(response, t0, timer)
                 else:
                     body, end = response.read()
                     outcome = read_body(self.params.api, body)
+        except Cancelled:  # before the stream (or the whole sync body) came
+            end, outcome, cancelled = time.perf_counter(), Outcome(), True
         except RequestTimeout:
             end = time.perf_counter()
             outcome = Outcome(error=f"timed out after {self.timeout:g} s (--timeout)")
@@ -112,8 +156,9 @@ class LLMClient:
             end = time.perf_counter()
             outcome = Outcome(error=str(exc), flags=[UNREACHABLE] if exc.unreachable else [])
         finally:
+            timer.close()
             if response is not None:
-                response.close()
+                response.close()  # a cancelled response is not complete: its socket is closed
         if outcome.chunk_tokens_source == "chunks" and self.chunk_counter is not None:
             outcome.count_chunks(self.chunk_counter(outcome.chunk_texts))
         return RequestResult(
@@ -121,15 +166,18 @@ class LLMClient:
             start_time=start_time, end_offset=end - t0,
             token_offsets=outcome.token_offsets,
             output_tokens=outcome.output_tokens, output_tokens_source=outcome.output_tokens_source,
-            prompt_tokens=outcome.prompt_tokens, success=outcome.success, status_code=status,
+            prompt_tokens=outcome.prompt_tokens, success=outcome.success and not cancelled, status_code=status,
             error=outcome.error, prompt_id=record.id, worker=self.worker, output_chars=outcome.output_chars,
             output_text=outcome.output_text, flags=outcome.flags, first_output_offset=outcome.first_output_offset,
             reasoning_tokens=outcome.reasoning_tokens, reasoning_text=outcome.reasoning_text,
             tool_calls=outcome.tool_calls, chunk_tokens=outcome.chunk_tokens,
-            chunk_tokens_source=outcome.chunk_tokens_source)
+            chunk_tokens_source=outcome.chunk_tokens_source, cancelled=cancelled,
+            cancel_after=cancel.describe() if cancel is not None else "")
 
-    def _read_stream(self, response: LineResponse, t0: float) -> tuple[Outcome, float]:
-        """Read an SSE body to its end; return the outcome and the ``perf_counter`` time the stream ended."""
+    def _read_stream(self, response: LineResponse, t0: float,
+                     timer: CancelTimer) -> tuple[Outcome, float, bool]:
+        """Read an SSE body to its end or its cancel point; return the outcome, the ``perf_counter`` time the stream
+        ended and whether the client cancelled it (the outcome then holds what arrived, and no error)."""
         reader = StreamReader(self.params.api)
         end = time.perf_counter()
         try:
@@ -137,23 +185,30 @@ class LLMClient:
                 end = arrived
                 if reader.feed(piece, arrived - t0):
                     break
+                if timer.due(reader, arrived):
+                    raise Cancelled
             else:
                 reader.end()
+        except Cancelled:
+            outcome = reader.outcome()
+            outcome.error = ""
+            return outcome, time.perf_counter(), True
         except WireError as exc:
             outcome = reader.outcome()
             outcome.error = str(exc)
-            return outcome, time.perf_counter()
+            return outcome, time.perf_counter(), False
         except TransportError as exc:
             outcome = reader.outcome()
             outcome.error = f"{exc} (mid-stream)"
-            return outcome, time.perf_counter()
+            return outcome, time.perf_counter(), False
         if reader.done:
+            timer.close()  # complete: nothing to cancel any more
             self._drain(response)
         outcome = reader.outcome()
         if not outcome.success and "text/event-stream" not in response.content_type:
             outcome.error = (f"expected an SSE stream (text/event-stream), got Content-Type "
                              f"{response.content_type or 'none'}: {outcome.error}")
-        return outcome, end
+        return outcome, end, False
 
     @staticmethod
     def _drain(response: LineResponse) -> None:

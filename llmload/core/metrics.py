@@ -37,6 +37,9 @@ called P2FT):
   ``*_sched`` latencies add it, i.e. they are measured from the intended start.
 * **Request / token throughput**: successful requests / output tokens over the
   run's wall time, from the first request's start to the last request's end.
+* **Cancelled**: requests the client abandoned on purpose (``--cancel-rate``,
+  :mod:`llmload.core.cancel`): counted apart, neither successes nor failures,
+  and left out of every latency, throughput and SLO figure.
 * **SLO attainment**: the share of requests (failures count as misses) that
   meet every target of an :class:`SLO`; **goodput**: those requests per second
   of wall time.
@@ -94,6 +97,13 @@ class RequestResult:
     tool_calls: int = 0  # tool calls the answer made
     chunk_tokens: list[int] = field(default_factory=list)  # tokens each output chunk carried, where known
     chunk_tokens_source: str = "none"  # "usage" (continuous usage stats) | "tokenizer" | "chunks" (unknown)
+    cancelled: bool = False  # the client closed the connection at its cancel point (success False, error "")
+    cancel_after: str = ""  # the cancel point drawn for it (--cancel-after), e.g. "ttft+0.8s" ("": none)
+
+    @property
+    def failed(self) -> bool:
+        """Failed (not a cancel, which is neither a success nor a failure)."""
+        return not self.success and not self.cancelled
 
     def to_json(self) -> str:
         """One compact JSON object (msgspec: asdict would deep-copy every token's offset first)."""
@@ -193,7 +203,7 @@ class SLO:
         its intended start (:data:`RequestMetrics.ttft_sched`), as a user of the
         schedule would feel them.
         """
-        if self.empty:
+        if self.empty or result.cancelled:
             return None
         if not result.success:
             return False
@@ -316,6 +326,9 @@ class Figure:
 FIGURES: tuple[Figure, ...] = (
     Figure("requests", "requests", "", "requests measured (warm-up excluded)"),
     Figure("failures", "failures", "", "requests that failed"),
+    Figure("cancelled", "cancelled", "", "requests the client cancelled on purpose (--cancel-rate; not failures, "
+           "out of every latency figure; none: no cancel point drawn)"),
+    Figure("cancelled_pct", "cancelled %", "%", "cancelled / requests", headline=False),
     Figure("duration_s", "wall time", "s", "first start to the last end of a successful request", headline=False),
     Figure("request_throughput", "req/s", "req/s", "successful requests / wall time"),
     Figure("output_token_throughput", "out tok/s", "tok/s", "output tokens of successful requests / wall time"),
@@ -393,6 +406,13 @@ class RunSummary:
     goodput: float | None
     distributions: dict  # metric name -> {stat: value}
     exact: bool = True  # False: percentiles from sketches (relative error, see LiveStats)
+    cancelled: int | None = None  # None: no request had a cancel point
+
+    @property
+    def cancelled_pct(self) -> float | None:
+        if self.cancelled is None:
+            return None
+        return 100.0 * self.cancelled / self.requests if self.requests else 0.0
 
     def get(self, metric: str, stat: str) -> float | None:
         return self.distributions.get(metric, {}).get(stat)
@@ -414,7 +434,8 @@ class RunSummary:
         reasoning = self.get("reasoning_tokens", "mean") or None  # a server that reports 0 (vLLM's Responses)
         ttft, ttfo = self.get("ttft", "p50"), self.get("ttfo", "p50")
         answer_later = ttft is not None and ttfo is not None and ttfo - ttft > 0.0005
-        text = (f"{self.requests} requests, {self.failures} failed{ms('e2e', 'p50')}{ms('ttft', 'p50')}"
+        cancelled = f", {self.cancelled} cancelled" if self.cancelled is not None else ""
+        text = (f"{self.requests} requests, {self.failures} failed{cancelled}{ms('e2e', 'p50')}{ms('ttft', 'p50')}"
                 f"{ms('ttfo', 'p50') if answer_later or reasoning else ''}"
                 f"{ms('tpot', 'mean')}, {self.request_throughput:.2f} req/s, "
                 f"{self.output_token_throughput:.1f} output tok/s")
@@ -428,37 +449,44 @@ class RunSummary:
 
 
 def _summary(requests: int, failures: int, first: float | None, last: float | None, tokens: int,
-             slo_met: int | None, distributions: dict, exact: bool) -> RunSummary:
+             slo_met: int | None, distributions: dict, exact: bool, cancelled: int | None = None) -> RunSummary:
     duration = max(last - first, 0.0) if first is not None and last is not None else 0.0
-    ok = requests - failures
+    ok = requests - failures - (cancelled or 0)
+    judged = requests - (cancelled or 0)  # a cancelled request is not judged against the SLO
 
     def rate(count: float) -> float:
         return count / duration if duration > 0 else 0.0
 
     return RunSummary(requests=requests, failures=failures, duration_s=duration, request_throughput=rate(ok),
                       output_token_throughput=rate(tokens), total_output_tokens=tokens,
-                      slo_attainment=None if slo_met is None else (100.0 * slo_met / requests if requests else 0.0),
-                      goodput=None if slo_met is None else rate(slo_met), distributions=distributions, exact=exact)
+                      slo_attainment=None if slo_met is None else (100.0 * slo_met / judged if judged else 0.0),
+                      goodput=None if slo_met is None else rate(slo_met), distributions=distributions, exact=exact,
+                      cancelled=cancelled)
 
 
 def summarize(results: Iterable[RequestResult], span: tuple[float, float] | None = None) -> RunSummary:
     """Compute every run-level metric from raw request results, exactly.
 
     Warm-up requests are left out. Latency figures and throughput count successful
-    requests only; the run's wall time spans from the first successful request's
+    requests only (cancelled ones count in ``cancelled``, neither failures nor latencies); the run's wall time spans from the first successful request's
     start to the last one's end, or is ``span`` (start, end in epoch seconds: a
     window of the run) where given. SLO figures count ``slo_ok`` where it is set.
     """
     values: dict[str, list[float]] = {m.name: [] for m in METRICS}
     requests = failures = tokens = 0
     slo_met: int | None = None
+    cancelled: int | None = None
     first = last = None
     for r in results:
         if r.warmup:
             continue
         requests += 1
+        if r.cancel_after or r.cancelled:
+            cancelled = (cancelled or 0) + r.cancelled
         if r.slo_ok is not None:
             slo_met = (slo_met or 0) + bool(r.slo_ok)
+        if r.cancelled:
+            continue
         if not r.success:
             failures += 1
             continue
@@ -472,7 +500,7 @@ def summarize(results: Iterable[RequestResult], span: tuple[float, float] | None
     distributions = {m.name: distribution(values[m.name], m.stats) for m in METRICS}
     if span is not None:
         first, last = span
-    return _summary(requests, failures, first, last, tokens, slo_met, distributions, exact=True)
+    return _summary(requests, failures, first, last, tokens, slo_met, distributions, exact=True, cancelled=cancelled)
 
 
 def ratio(numerator: float | None, denominator: float | None) -> float | None:
@@ -525,6 +553,7 @@ class LiveStats:
     def __init__(self) -> None:
         self.requests = self.failures = self.tokens = 0
         self.slo_met: int | None = None
+        self.cancelled: int | None = None
         self.first: float | None = None
         self.last: float | None = None
         self.sketches = {m.name: DDSketch(SKETCH_RELATIVE_ACCURACY) for m in self.METRICS}
@@ -535,8 +564,12 @@ class LiveStats:
         if result.warmup:
             return
         self.requests += 1
+        if result.cancel_after or result.cancelled:
+            self.cancelled = (self.cancelled or 0) + result.cancelled
         if result.slo_ok is not None:
             self.slo_met = (self.slo_met or 0) + bool(result.slo_ok)
+        if result.cancelled:
+            return
         if not result.success:
             self.failures += 1
             return
@@ -559,6 +592,8 @@ class LiveStats:
         self.tokens += other.tokens
         if other.slo_met is not None:
             self.slo_met = (self.slo_met or 0) + other.slo_met
+        if other.cancelled is not None:
+            self.cancelled = (self.cancelled or 0) + other.cancelled
         for attr, pick in (("first", min), ("last", max)):
             mine, theirs = getattr(self, attr), getattr(other, attr)
             setattr(self, attr, theirs if mine is None else mine if theirs is None else pick(mine, theirs))
@@ -572,7 +607,7 @@ class LiveStats:
     def to_wire(self) -> dict:
         """A plain dict (numbers, strings, bytes) for Locust's messages; :meth:`from_wire` reads it back."""
         return {"requests": self.requests, "failures": self.failures, "tokens": self.tokens, "slo_met": self.slo_met,
-                "first": self.first, "last": self.last, "maxima": dict(self.maxima),
+                "cancelled": self.cancelled, "first": self.first, "last": self.last, "maxima": dict(self.maxima),
                 "sums": {name: value for name, value in self.sums.items() if self.sketches[name].count},
                 "sketches": {name: sketch_to_bytes(s) for name, s in self.sketches.items() if s.count}}
 
@@ -581,6 +616,7 @@ class LiveStats:
         stats = cls()
         stats.requests, stats.failures, stats.tokens = data["requests"], data["failures"], data["tokens"]
         stats.slo_met, stats.first, stats.last = data["slo_met"], data["first"], data["last"]
+        stats.cancelled = data.get("cancelled")
         stats.maxima = dict(data["maxima"])
         for name, blob in data["sketches"].items():
             if name in stats.sketches:  # a metric this version does not know is refused with the worker, not here
@@ -601,4 +637,4 @@ class LiveStats:
     def summary(self) -> RunSummary:
         distributions = {m.name: {s: self._stat(m, s) for s in m.stats} for m in METRICS}
         return _summary(self.requests, self.failures, self.first, self.last, self.tokens, self.slo_met,
-                        distributions, exact=False)
+                        distributions, exact=False, cancelled=self.cancelled)

@@ -187,7 +187,7 @@ class LiveBoard:
         self.reach[""].track(result)
         if result.success:
             self.counts.successes += 1
-        elif self.counts.first_failure is None:
+        elif result.failed and self.counts.first_failure is None:
             self.counts.first_failure = time.time()
         if result.warmup:
             return
@@ -201,6 +201,8 @@ class LiveBoard:
         bucket = self._bucket(int(end))
         if bucket is None:
             return
+        if result.cancelled:
+            return  # the window counts answered requests: a cancel is neither a success nor a failure
         bucket.requests += 1
         if result.slo_ok is not None:
             bucket.slo_judged += 1

@@ -14,6 +14,8 @@ import socket
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from llmload.core.cancel import SYNTAX as CANCEL_SYNTAX
+from llmload.core.cancel import CancelPolicy, cancel_after_text, cancel_rate, parse_cancel_after
 from llmload.core.cliargs import duration, non_negative_float, non_negative_int, port, positive_float
 from llmload.core.cost import price
 from llmload.core.cliargs import slo as slo_type
@@ -141,7 +143,8 @@ class LoadSettings:
                            "--burstiness is not 1)", default="", choices=ARRIVALS)
     burstiness: float = _option("--burstiness", "gamma arrivals' shape K: 1 = poisson, < 1 burstier, > 1 more "
                                 "regular", default=1.0, metavar="K", type=positive_float)
-    seed: int = _option("--seed", "seed of the arrival times (the same seed gives the same schedule)", default=0,
+    seed: int = _option("--seed", "seed of the arrival times and of the requests --cancel-rate cancels (the same seed gives the "
+                        "same schedule and the same cancels)", default=0,
                         metavar="N", type=non_negative_int)
     slo: SLO | None = _option("--slo", "latency targets, e.g. ttft=500,tpot=50,e2e=4000 (ms; 0.5s and 500ms work "
                               "too; keys ttft, tpot, e2e, itl): each raw record gains slo_ok, and the stats show SLO "
@@ -179,6 +182,14 @@ class LoadSettings:
                                           default=None, metavar="PORT", type=port, include_in_web_ui=False)
     prometheus_host: str = _option("--prometheus-host", "the address /metrics binds to (0.0.0.0: every interface)",
                                    default="0.0.0.0", metavar="ADDRESS", include_in_web_ui=False)
+    # cancellation (llmload.core.cancel)
+    cancel_rate: float = _option("--cancel-rate", "share P in [0, 1] of requests the client abandons at "
+                                 "--cancel-after (closes the connection; drawn per request from --seed): the raw log "
+                                 "flags them cancelled; they count apart, out of the latency figures and the failures",
+                                 default=0.0, metavar="P", type=cancel_rate)
+    cancel_after: str = _option("--cancel-after", f"when a cancelled request is abandoned: {CANCEL_SYNTAX}; "
+                                "ttft+ and tok need --mode stream", default="", metavar="WHEN",
+                                type=cancel_after_text)
     csv_prefix: str = ""  # Locust's own --csv
 
     @property
@@ -197,6 +208,12 @@ class LoadSettings:
             return TokenCounter.load(self.tokenizer).text_tokens
         except DatasetError as exc:
             raise SettingsError(f"--tokenizer: {exc}") from None
+
+    def cancel_policy(self, stream: str = "") -> CancelPolicy | None:
+        """Which requests this process cancels, and when (None: --cancel-rate 0); ``stream`` names the process."""
+        if not self.cancel_rate or not self.cancel_after:
+            return None
+        return CancelPolicy(self.cancel_rate, parse_cancel_after(self.cancel_after), self.seed, stream)
 
     @property
     def open_loop(self) -> bool:
@@ -276,6 +293,13 @@ class LoadSettings:
             check_port_free(self.prometheus_host, self.prometheus_port)
         if self.stages and self.ramp:
             raise SettingsError("--stages and --ramp are two load shapes: give one")
+        if self.cancel_rate and not self.cancel_after:
+            raise SettingsError("--cancel-rate needs --cancel-after WHEN (e.g. ttft+1s, 2s, 20tok, 1s..3s)")
+        if self.cancel_after and not self.cancel_rate:
+            raise SettingsError("--cancel-after applies to the requests --cancel-rate P picks: give --cancel-rate too")
+        if self.cancel_after and self.mode != "stream" and parse_cancel_after(self.cancel_after).needs_stream:
+            raise SettingsError(f"--cancel-after {self.cancel_after} counts from the stream's tokens: use --mode "
+                                f"stream, or a time after the send (e.g. 2s)")
         self.chunk_counter()  # a tokenizer that cannot load is bad input, said before the run starts
 
 

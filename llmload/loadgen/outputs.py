@@ -36,7 +36,8 @@ def summary_data(board: LiveBoard, settings, users: int | None, lag_warned: bool
             "settings": {"mode": settings.mode, "api": settings.api, "rate": settings.rate,
                          "arrival": settings.arrival_law if settings.open_loop else None,
                          "requests": settings.requests, "warmup": settings.warmup,
-                         "slo": settings.slo.to_dict() if settings.slo else None, "users": users},
+                         "slo": settings.slo.to_dict() if settings.slo else None, "users": users,
+                         "cancel_rate": settings.cancel_rate or None, "cancel_after": settings.cancel_after or None},
             "raw_log": str(raw_log) if raw_log is not None else None}
     if workers is not None:
         data["workers"] = workers

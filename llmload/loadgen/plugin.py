@@ -40,6 +40,7 @@ import gevent
 import locust
 from locust.runners import STATE_RUNNING, STATE_SPAWNING, MasterRunner, WorkerRunner
 
+from llmload.core.cancel import CancelPoint, CancelPolicy
 from llmload.core.records import DatasetError, PromptRecord
 from llmload.core.rawlog import RawLogWriter
 from llmload.loadgen.budget import Budget, Ticket, TicketPool
@@ -88,6 +89,7 @@ class LoadPlugin:
         self._prompts = Prompts()
         self._model = ModelLookup()
         self._greenlets: list[gevent.Greenlet] = []
+        self.cancels: CancelPolicy | None = None
 
     # ------------------------------------------------------------------ roles and parts
 
@@ -176,6 +178,7 @@ class LoadPlugin:
         # Workers get the master's options just before test_start: read them again.
         self.settings = LoadSettings.from_options(self.environment.parsed_options)
         self.finishing, self.stopped, self.watch = False, False, Watch()
+        self.cancels = self.settings.cancel_policy(self.node_name)
         # SIGTERM and Ctrl-C: one orderly stop (Locust's own SIGTERM handler exits twice and prints a
         # SystemExit traceback; a KeyboardInterrupt lands in whichever user greenlet is running).
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -382,6 +385,10 @@ class LoadPlugin:
             self.worker.ask(count, scheduled, users)
         elif self.budget is not None:
             self.pool.add(self.budget.grant("", count, scheduled))
+
+    def cancel_point(self, ticket: Ticket) -> CancelPoint | None:
+        """Where the request of ``ticket`` is abandoned (``--cancel-rate``/``--cancel-after``), or None."""
+        return self.cancels.point(ticket.index) if self.cancels is not None else None
 
     def report(self, result) -> None:
         """A user's result: counted here, where it was measured."""

@@ -5,8 +5,8 @@ standalone run serves them through prometheus_client, labelled by ``run`` (the
 run's id, also in ``<prefix>_summary.json``) and ``task``:
 
 * counters: ``llmload_requests_total`` (warm-up excluded, failures included),
-  ``llmload_failures_total``, ``llmload_output_tokens_total``,
-  ``llmload_slo_met_total``;
+  ``llmload_failures_total``, ``llmload_cancelled_total`` (with ``--cancel-rate``),
+  ``llmload_output_tokens_total``, ``llmload_slo_met_total``;
 * histograms (fixed edges, :mod:`~llmload.loadgen.histograms`):
   ``llmload_{ttft,tpot,itl,e2e,dispatch_lag}_seconds`` of successful requests;
 * gauges, run so far: ``llmload_slo_attainment_ratio``, ``llmload_goodput_requests_per_second``,
@@ -58,6 +58,7 @@ class LiveCollector:
         counters = {key: CounterMetricFamily(PREFIX + key, text, labels=task_labels) for key, text in (
             ("requests", "requests measured (warm-up excluded), failures included"),
             ("failures", "requests that failed"),
+            ("cancelled", "requests the client cancelled on purpose (--cancel-rate)"),
             ("output_tokens", "output tokens of successful requests"),
             ("slo_met", "requests that met every --slo target"))}
         attainment = GaugeMetricFamily(PREFIX + "slo_attainment_ratio", "requests meeting every --slo target / "
@@ -71,6 +72,8 @@ class LiveCollector:
             counters["requests"].add_metric(labels, stats.requests)
             counters["failures"].add_metric(labels, stats.failures)
             counters["output_tokens"].add_metric(labels, stats.tokens)
+            if stats.cancelled is not None:
+                counters["cancelled"].add_metric(labels, stats.cancelled)
             if stats.slo_met is not None:
                 summary = stats.summary()
                 counters["slo_met"].add_metric(labels, stats.slo_met)

@@ -4,7 +4,10 @@ The request row (``POST chat /v1/chat/completions``) gets the true E2E as its
 response time and the output tokens as its length; each catalogue metric
 marked ``locust_row`` gets a ``METRIC`` row (``chat TTFT``, ``chat TPOT``,
 ``chat dispatch lag``, in ms), plus ``chat SLO ...`` whose failures are the
-requests that missed it. ``METRIC`` rows are logged straight into their
+requests that missed it. A cancelled request (``--cancel-rate``) is neither a
+success nor a failure of the request row: it goes to its own ``chat cancelled``
+row (its time to the cancel, its tokens received), so it leaves the latency
+rows and never sets the exit code. ``METRIC`` rows are logged straight into their
 ``StatsEntry``, so the Aggregated row counts real requests only. On a worker
 these rows travel to the master in Locust's own stats reports.
 """
@@ -17,6 +20,7 @@ from llmload.core.metrics import METRICS, RequestMetrics, RequestResult
 
 METRIC_TYPE = "METRIC"
 SLO_MISSED = "missed the SLO"
+CANCELLED = "cancelled"
 
 
 class RequestFailure(Exception):
@@ -44,6 +48,10 @@ class LocustRows:
 
     def __call__(self, result: RequestResult, metrics: RequestMetrics) -> None:
         stats = self.environment.stats
+        if result.cancelled:
+            stats.get(metric_row_name(result.task, CANCELLED), METRIC_TYPE).log(
+                result.end_offset * 1000.0, metrics.output_tokens)
+            return
         self.environment.events.request.fire(
             request_type="POST", name=request_row_name(result.task, self.settings.params.path),
             response_time=(metrics.e2e if result.success else result.end_offset) * 1000.0,

@@ -97,7 +97,7 @@ class LLMUser(FastHttpUser):
         """One request: look the model up, send, stamp the ticket's fields, report, back off if unreachable."""
         model, error, unreachable = self.plugin.resolve_model(self.llm)
         if model:
-            result = self.llm.generate(record, model, messages)
+            result = self.llm.generate(record, model, messages, cancel=self.plugin.cancel_point(ticket))
         else:
             result = self.llm.failed(record, error, [UNREACHABLE] if unreachable else None)
         result.intended_start, result.warmup, result.turn = ticket.intended_start, ticket.warmup, turn
@@ -138,5 +138,5 @@ class ConversationUser(LLMUser):
             messages = conversation_messages(turns[:index + 1], answers)
             result = self.send(record, ticket, messages=messages, turn=index)
             if not result.success:
-                return  # the conversation cannot go on without the server's answer
+                return  # the conversation cannot go on without the server's answer (nor after a cancel)
             answers.append(result.output_text)

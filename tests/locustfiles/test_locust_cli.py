@@ -52,6 +52,9 @@ def test_unreadable_prompt_file_names_the_line(tmp_path):
     (("--burstiness", "0.5"), "error: --arrival and --burstiness shape an open loop: give --rate R too"),
     (("--price-per-hour", "-1"), "error: argument --price-per-hour: '-1' is not a price in USD per hour (a number > 0"),
     (("--price-per-hour", "cheap"), "error: argument --price-per-hour: 'cheap' is not a price in USD per hour"),
+    (("--cancel-rate", "1.5"), "error: argument --cancel-rate: '1.5' is not a share of requests in [0, 1]"),
+    (("--cancel-rate", "0.3", "--cancel-after", "soon"), "error: argument --cancel-after: 'soon' is not a cancel "
+                                                         "point"),
 ])
 def test_bad_options_are_one_line_with_exit_code_2_before_anything_starts(args, message):
     proc = run_locust("chat.py", NO_SERVER, *args)  # (each type is unit-tested in test_loadgen_options)

@@ -339,6 +339,7 @@ def test_http_no_request_lost_or_duplicated_beyond_the_batch_cap(batched_url):
 @pytest.mark.integration
 def test_http_client_disconnect_removes_the_sequence(batched_url):
     body = {"prompt": "Write a very long story:", "max_tokens": 1000, "ignore_eos": True, "stream": True}
+    ended = scrape(batched_url)["llmload:request_success_total"]
     sock = open_raw_request(batched_url, "/v1/completions", body)
     read_until_events(sock, 3)  # it is decoding now
     assert health(batched_url)["running"] == 1
@@ -347,6 +348,12 @@ def test_http_client_disconnect_removes_the_sequence(batched_url):
     while health(batched_url)["running"] and time.monotonic() < deadline:
         time.sleep(0.1)
     assert health(batched_url)["running"] == 0
+    # no token after that: the server's own counters stand still, and it counted the request as aborted
+    produced = scrape(batched_url)["llmload:generation_tokens_total"]
+    time.sleep(0.5)
+    after = scrape(batched_url)
+    assert after["llmload:generation_tokens_total"] == produced < 1000
+    assert after["llmload:request_success_total"] == ended + 1
 
 
 @pytest.mark.integration

@@ -39,6 +39,9 @@ def test_files_follow_the_csv_prefix_or_the_raw_log():
     (dict(rate=5.0, arrival="poisson", burstiness=0.5), "--burstiness applies to --arrival gamma"),
     (dict(stages=((1.0, 1),), ramp=((1.0, 2),)), "--stages and --ramp are two load shapes"),
     (dict(metrics_url="http://x/metrics"), "--metrics-url needs --monitor-pid"),
+    (dict(cancel_rate=0.3), "--cancel-rate needs --cancel-after WHEN"),
+    (dict(cancel_after="2s"), "--cancel-after applies to the requests --cancel-rate P picks"),
+    (dict(cancel_rate=0.3, cancel_after="ttft+1s", mode="sync"), "--cancel-after ttft\\+1s counts from the stream"),
 ])
 def test_contradictions_are_one_line(options, message):
     with pytest.raises(SettingsError, match=message):
@@ -72,3 +75,11 @@ def test_values_typed_into_the_web_ui_are_converted_or_refused():
         LoadSettings.from_options(SimpleNamespace(rate="-1"))
     for echoed in ("0", "0.0", " "):  # the form sends every default back: --rate 0 there is the closed loop
         assert not LoadSettings.from_options(SimpleNamespace(rate=echoed)).open_loop
+
+
+def test_cancel_policy_follows_the_options():
+    assert LoadSettings.from_options(None).cancel_policy() is None
+    s = LoadSettings.from_options(SimpleNamespace(cancel_rate=0.5, cancel_after="1s..2s", seed=4, mode="sync"))
+    s.check()  # a time after the send works in sync mode too
+    policy = s.cancel_policy()
+    assert (policy.rate, policy.seed, policy.after.kind, policy.after.low, policy.after.high) == (0.5, 4, "send", 1, 2)
