@@ -95,7 +95,10 @@ def parse_cancel_after(text: str) -> CancelAfter:
 
 
 def cancel_after_text(text: str) -> str:
-    """argparse type of ``--cancel-after``: the text itself once it parses (it travels to Locust's workers as text)."""
+    """argparse type of ``--cancel-after``: the text itself once it parses (it travels to Locust's workers as text);
+    blank: none (the default)."""
+    if not text.strip():
+        return ""
     try:
         parse_cancel_after(text)
     except ValueError as exc:

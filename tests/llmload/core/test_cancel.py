@@ -37,12 +37,13 @@ def test_cancel_after_forms(text, expected):
     assert parse_cancel_after(text) == expected
 
 
-@pytest.mark.parametrize("text", ["", "soon", "0s", "-1s", "0tok", "1s..5tok", "3s..1s", "ttft+", "ttft+2s..1s",
+@pytest.mark.parametrize("text", ["soon", "0s", "-1s", "0tok", "1s..5tok", "3s..1s", "ttft+", "ttft+2s..1s",
                                   "1.5tok"])
 def test_bad_cancel_after_is_one_line(text):
     with pytest.raises(argparse.ArgumentTypeError) as info:
         cancel_after_text(text)
     assert "\n" not in str(info.value) and repr(text) in str(info.value)
+    assert cancel_after_text(" ") == ""  # the default: no cancel point
 
 
 @pytest.mark.parametrize("text", ["-0.1", "1.01", "nan", "half", "2"])
