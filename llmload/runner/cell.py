@@ -52,6 +52,8 @@ class LoadOptions:
     slo: SLO | None
     cell_timeout: float
     monitor_interval: float = 0.5
+    cancel_rate: float = 0.0  # --cancel-rate, with cancel_after (--cancel-after)
+    cancel_after: str = ""
 
     def requests_for(self, cell: Cell) -> int:
         """Requests a cell sends: its own count (a capacity step's later look), else ``--requests``, and at least
@@ -97,6 +99,10 @@ class CellRunner:
             cmd += ["--warmup", str(o.warmup)]
         if o.slo is not None:
             cmd += ["--slo", o.slo.argument()]  # the load generator judges each request (slo_ok)
+        if o.cancel_rate:
+            cmd += ["--cancel-rate", f"{o.cancel_rate:g}", "--cancel-after", o.cancel_after]
+            if cell.rate is None:
+                cmd += ["--seed", str(o.seed)]
         return cmd
 
     def run(self, cell: Cell, target: RunningTarget, announce: str = "") -> CellResult:

@@ -50,7 +50,7 @@ class RunnerError(RuntimeError):
 def load_options(args: argparse.Namespace) -> LoadOptions:
     return LoadOptions(api=args.api, requests=args.requests, max_tokens=args.max_tokens, warmup=args.warmup,
                        arrival=args.arrival, burstiness=args.burstiness, seed=args.seed, slo=args.slo,
-                       cell_timeout=args.cell_timeout)
+                       cell_timeout=args.cell_timeout, cancel_rate=args.cancel_rate, cancel_after=args.cancel_after)
 
 
 class Runner:

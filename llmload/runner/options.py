@@ -14,6 +14,8 @@ from pathlib import Path
 from llmload.core.cliargs import (OneLineParser, choice_list, duration, float_list, int_list, non_negative_float,
                                   non_negative_int, number, positive_float, positive_int)
 from llmload.core.cliargs import slo as slo_type
+from llmload.core.cancel import SYNTAX as CANCEL_SYNTAX
+from llmload.core.cancel import cancel_after_text, cancel_rate, parse_cancel_after
 from llmload.core.cost import prices
 from llmload.core.metrics import APIS, MODES, SLO
 from llmload.tasks import default_task_names, task_names
@@ -152,7 +154,13 @@ def build_parser() -> OneLineParser:
     load.add_argument("--burstiness", type=positive_float, default=None, metavar="K",
                       help="--arrival gamma only: the gamma shape (1 = Poisson, < 1 burstier, > 1 steadier)")
     load.add_argument("--seed", type=non_negative_int, default=0, metavar="N",
-                      help="seed of the arrival schedule, the same for every server (default: %(default)s)")
+                      help="seed of the arrival schedule and of the cancelled requests, the same for every server "
+                           "(default: %(default)s)")
+    load.add_argument("--cancel-rate", type=cancel_rate, default=0.0, metavar="P",
+                      help="share of each cell's requests the client abandons at --cancel-after (drawn from --seed, "
+                           "the same requests for every server; counted apart, out of the latency figures)")
+    load.add_argument("--cancel-after", type=cancel_after_text, default="", metavar="WHEN",
+                      help=f"when a cancelled request is abandoned: {CANCEL_SYNTAX}")
 
     servers = p.add_argument_group("the servers")
     servers.add_argument("--model", default=None,
@@ -251,6 +259,11 @@ def resolve(args: argparse.Namespace, parser: argparse.ArgumentParser | None = N
              "of each cell must be measured")
     if args.find_capacity and args.slo is None:
         fail("--find-capacity needs --slo, the targets a rate must hold (e.g. --slo ttft=500,e2e=4000)")
+    if bool(args.cancel_rate) != bool(args.cancel_after):
+        fail("--cancel-rate P and --cancel-after WHEN go together (e.g. --cancel-rate 0.3 --cancel-after ttft+1s)")
+    if args.cancel_after and parse_cancel_after(args.cancel_after).needs_stream and "sync" in (args.modes or ()):
+        fail(f"--cancel-after {args.cancel_after} counts from the stream's tokens: use --modes stream, or a time "
+             "after the send (e.g. 2s)")
     if args.burstiness is not None and args.arrival != "gamma":
         fail(f"--burstiness applies to --arrival gamma only (got --arrival {args.arrival})")
     if args.max_repeats is not None and args.target_ci is None:

@@ -67,6 +67,11 @@ def test_locust_command_of_closed_and_open_cells(tmp_path):
         "2.5", "gamma", "0.5", "7"]
     without_slo = CellRunner(tmp_path, replace(options, slo=None), {"qa": tmp_path / "qa.jsonl"})
     assert "--slo" not in without_slo.command(Cell("s", "qa", "stream", 1, "p"), "http://h")
+    assert "--cancel-rate" not in closed
+    cancelling = CellRunner(tmp_path, replace(options, cancel_rate=0.3, cancel_after="ttft+1s"),
+                            {"qa": tmp_path / "qa.jsonl"})
+    cmd = cancelling.command(Cell("s", "qa", "stream", 2, "p"), "http://h")
+    assert [cmd[cmd.index(f) + 1] for f in ("--cancel-rate", "--cancel-after", "--seed")] == ["0.3", "ttft+1s", "7"]
 
 
 def test_time_left_counts_cells_and_server_start_ups():
