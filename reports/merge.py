@@ -349,6 +349,7 @@ def section_lines(report: Report) -> list[str]:
         parts += ["## Multi-turn conversations", "", "By turn index (0 = the first user turn; later turns carry the "
                   "whole history).", "", render(body, ["cell", "turn", "requests", title("ttft_p50"),
                                                       title("e2e_p50")]), ""]
+    parts += sections.cancel_lines(report.series)
     if report.order:
         body = [[r["order"], r["block"], (r["started"] or "")[11:], Point.of(r).label
                  + (f" #{r['repeat'] + 1}" if r["repeat"] else ""), r["wall_s"], r["status"]] for r in report.order]

@@ -265,6 +265,9 @@ def server_plots(series_rows: list[dict], out_dir: Path) -> list[Path]:
             for column, values in s["series"].items():
                 label, color, side = SERIES_STYLE[column]
                 (left if side == "left" else twin).plot(s["t"], values, color=color, label=label)
+            if s.get("cancel_t"):
+                left.plot(s["cancel_t"], [0] * len(s["cancel_t"]), "|", color="C3", markersize=9,
+                          label="client cancels")
             handles = left.get_legend_handles_labels()[0]
             if twin is not None:
                 twin.set_ylim(0, 105)

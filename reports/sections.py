@@ -25,6 +25,7 @@ from llmload.core.metrics import SLO, ratio
 from llmload.core.points import Point
 from llmload.core.sequential import UNDECIDED, interval_at
 from llmload.core.stats import Interval, has_enough, min_samples
+from llmload.core.tables import render
 from reports.estimates import Estimates, Requests, cell_intervals
 from reports.format import number
 from reports.rows import Ratio, Row, ratio_record, ratios_of
@@ -333,8 +334,28 @@ def server_series(run: RunData) -> list[dict]:
                     "rate": cell.rate, "repeat": cell.repeat, "phase": cell.phase,
                     "t": list(frame["timestamp"].astype(float) - t0),
                     "series": {c: [None if v != v else float(v) for v in frame[c]] for c in present},
-                    "client_t": client_t, "client_tok_s": client_tok_s})
+                    "client_t": client_t, "client_tok_s": client_tok_s, "requests": len(data.measured),
+                    "cancel_t": [r.start_time + r.end_offset - t0 for r in data.measured if r.cancelled]})
     return out
+
+
+def cancel_lines(series: list[dict]) -> list[str]:
+    """The report's section on cancellation: per cell with cancels, how many, and what the server's running count
+    did (a server that went on generating abandoned requests would run more than the client has in flight)."""
+    body = []
+    for s in series:
+        running = [v for v in s["series"].get("server_running", []) if v is not None]
+        if not s["cancel_t"] or not running:
+            continue
+        point = Point.of(s)
+        body.append([point.label, f"{len(s['cancel_t'])} of {s['requests']}", f"{sum(running) / len(running):.2f}",
+                     f"{max(running):g}", s["concurrency"] if point.load.closed else "-"])
+    if not body:
+        return []
+    return ["## Cancellation", "", "Requests the client abandoned (--cancel-rate) count apart from the latencies; the "
+            "server's own running count (its /metrics, sampled by the monitor) shows whether it stopped them: in a "
+            "closed loop it stays at or below the users when it does. The plots server_*.png mark each cancel.", "",
+            render(body, ["cell", "cancelled", "server running mean", "max", "users"]), ""]
 
 
 # --------------------------------------------------------------------------- (f) prefix caching

@@ -207,3 +207,26 @@ def test_a_real_open_loop_run_with_repeats_warmup_and_an_slo(tmp_path, prompt_di
     header = next(line for line in md.splitlines() if line.startswith("| server"))
     assert column_title("slo_attainment") in header and column_title("goodput") in header
     assert "## Repeats" in md and (tmp_path / "r" / "knee_qa.png").is_file()
+
+
+@pytest.mark.unit
+def test_cancelled_requests_get_their_column_and_the_server_series_its_section(tmp_path):
+    run = ScriptedRun(tmp_path / "run")
+    results = closed_loop([0.05] * 30, 4, prompts=15, t0=1000.0)
+    for r in results[::3]:  # every third abandoned after its first two tokens
+        r.cancelled, r.success, r.cancel_after = True, False, "2tok"
+        r.token_offsets, r.output_tokens = r.token_offsets[:2], 2
+        r.end_offset = r.token_offsets[-1]
+    for r in results:
+        r.cancel_after = r.cancel_after or ""
+    results[1].cancel_after = "5s"  # drawn, but answered before its point
+    run.add("basic", "qa", "stream", 4, results, monitor=monitor_rows(1000.0, 4, running=lambda t: 4 if t < 1 else 3))
+    md = merged(run, tmp_path / "r")
+    rows = read_csv(tmp_path / "r" / "summary.csv")
+    assert (rows[0]["cancelled"], rows[0]["failures"], rows[0]["requests"]) == ("10", "0", "30")
+    assert float(rows[0]["cancelled_pct"]) == pytest.approx(100 / 3)
+    header = next(line for line in md.splitlines() if line.startswith("| server"))
+    assert " cancelled " in header
+    section = md.split("## Cancellation", 1)[1]
+    assert "basic qa stream c4" in section and "10 of 30" in section and "3.25" in section
+    assert (tmp_path / "r" / "server_basic_qa.png").stat().st_size > 1000
