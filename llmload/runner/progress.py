@@ -38,6 +38,8 @@ def figures(cell: Cell, summary: RunSummary | None, throughput_only: bool = Fals
     if summary is None or cell.status not in ("ok", "interrupted"):
         return f"{cell.status.upper()}: {cell.error} ({cell.wall_s:.0f}s)"
     text = f"{summary.requests} req, {summary.failures} failed"
+    if summary.cancelled is not None:
+        text += f", {summary.cancelled} cancelled"
     if throughput_only:
         text += f", {summary.request_throughput:.2f} req/s"
     else:

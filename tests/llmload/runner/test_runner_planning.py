@@ -111,6 +111,8 @@ def test_progress_lines_name_the_cell_and_its_figures():
     assert "req/s" in throughput and "E2E" not in throughput
     failed = Cell("s", "qa", "sync", 1, "p", status="failed", error="all 2 requests failed: boom", wall_s=3)
     assert figures(failed, None) == "FAILED: all 2 requests failed: boom (3s)"
+    results[0].cancelled, results[0].success, results[0].cancel_after = True, False, "0.5s"
+    assert figures(cell, summarize(results)).startswith("8 req, 0 failed, 1 cancelled, E2E p50 800 ms")
 
 
 def jobs_of(servers: dict[str, int]) -> list[Job]:
