@@ -77,7 +77,13 @@ class Budget:
 
     @property
     def exhausted(self) -> bool:
-        return bool(self.requests) and self.granted >= self.requests
+        return (bool(self.requests) and self.granted >= self.requests) or self._left_in_schedule == 0
+
+    @property
+    def _left_in_schedule(self) -> int | None:
+        """Places left in a schedule that ends (a trace's): tickets given back do not get theirs again."""
+        length = getattr(self.schedule, "length", None)
+        return None if length is None else max(length - self.next_index, 0)
 
     @property
     def remaining(self) -> int | None:
@@ -93,6 +99,8 @@ class Budget:
         count = max(count, 0)
         if self.requests:
             count = min(count, math.ceil(self.remaining / max(share, 1)))
+        if scheduled and self._left_in_schedule is not None:
+            count = min(count, self._left_in_schedule)
         self.granted += count
         self.held[node] += count
         if not scheduled:

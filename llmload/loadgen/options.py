@@ -16,13 +16,15 @@ from pathlib import Path
 
 from llmload.core.cancel import SYNTAX as CANCEL_SYNTAX
 from llmload.core.cancel import CancelPolicy, cancel_after_text, cancel_rate, parse_cancel_after
-from llmload.core.cliargs import duration, non_negative_float, non_negative_int, port, positive_float
+from llmload.core.cliargs import (duration, non_negative_float, non_negative_int, port, positive_float,
+                                  positive_int)
 from llmload.core.cost import price
 from llmload.core.cliargs import slo as slo_type
 from llmload.core.metrics import APIS, MODES, SLO
 from llmload.core.paths import dataset_path
 from llmload.core.records import DatasetError
 from llmload.core.wire import GenerationParams
+from llmload.tasks.traces import BLOCK_TOKENS, FORMATS as TRACE_FORMATS
 
 ENV_PREFIX = "LOCUST_LLM_"
 ARRIVALS = ("constant", "poisson", "gamma")
@@ -155,6 +157,26 @@ class LoadSettings:
     ramp: tuple | None = _option("--ramp", "a load shape: FROM:TO:DURATION users in equal steps (e.g. 1:32:120s), "
                                  "then the run stops", default=None, metavar="SPEC", type=ramp_type,
                                  include_in_web_ui=False)
+    # trace replay (docs/traces.md)
+    trace: str = _option("--trace", "replay a trace: each request sent at its time with its input and output "
+                         "lengths, prompts built to those lengths in the --tokenizer's tokens (default: the embedded "
+                         "model), shared hash blocks shared token for token; the run stops after the last one",
+                         default="", metavar="FILE", include_in_web_ui=False)
+    trace_format: str = _option("--trace-format", "the --trace's format (default: told from its first line)",
+                                default="", choices=TRACE_FORMATS, include_in_web_ui=False)
+    time_scale: float = _option("--time-scale", "multiply the trace's times by S (0.5: twice as fast)",
+                                default=1.0, metavar="S", type=positive_float, include_in_web_ui=False)
+    trace_start: float = _option("--trace-start", "replay from this many seconds after the trace's first request",
+                                 default=0.0, metavar="SECONDS", type=non_negative_float, include_in_web_ui=False)
+    trace_duration: float = _option("--trace-duration", "replay this many seconds of the trace, before "
+                                    "--time-scale (0: to its end)", default=0.0, metavar="SECONDS",
+                                    type=non_negative_float, include_in_web_ui=False)
+    trace_block_size: int = _option("--trace-block-size", "prompt tokens per hash id of the trace (Mooncake's "
+                                    "block)", default=BLOCK_TOKENS, metavar="N", type=positive_int,
+                                    include_in_web_ui=False)
+    max_model_len: int = _option("--max-model-len", "the server's context: a --trace request longer than it is bad "
+                                 "input (0: the tokenizer's own limit)", default=0, metavar="N",
+                                 type=non_negative_int, include_in_web_ui=False)
     api_key: str = _option("--api-key", "send 'Authorization: Bearer KEY'", default="", metavar="KEY",
                            is_secret=True)
     timeout: float = _option("--timeout", "seconds one request may take in all before it fails as timed out",
@@ -195,7 +217,7 @@ class LoadSettings:
     @property
     def params(self) -> GenerationParams:
         return GenerationParams(api=self.api, mode=self.mode, max_tokens=self.max_tokens or None,
-                                ignore_eos=self.ignore_eos, temperature=self.temperature)
+                                ignore_eos=self.ignore_eos or bool(self.trace), temperature=self.temperature)
 
     def chunk_counter(self):
         """The ``--tokenizer``'s batch token count for a stream's chunks (None without one); loaded once per
@@ -217,10 +239,13 @@ class LoadSettings:
 
     @property
     def open_loop(self) -> bool:
-        return self.rate > 0
+        """Requests go out on a schedule: --rate's or the --trace's."""
+        return self.rate > 0 or bool(self.trace)
 
     @property
     def arrival_law(self) -> str:
+        if self.trace:
+            return "trace"
         return self.arrival or ("gamma" if self.burstiness != 1.0 else "poisson")
 
     @property
@@ -282,7 +307,8 @@ class LoadSettings:
         if self.requests and self.warmup >= self.requests:
             raise SettingsError(f"--warmup {self.warmup} must be smaller than --requests {self.requests} (the "
                                 f"warm-up requests are part of --requests)")
-        if not self.open_loop and (self.arrival or self.burstiness != 1.0):
+        self._check_trace()
+        if not self.rate and (self.arrival or self.burstiness != 1.0):
             raise SettingsError("--arrival and --burstiness shape an open loop: give --rate R too")
         if self.arrival in ("constant", "poisson") and self.burstiness != 1.0:
             raise SettingsError(f"--burstiness applies to --arrival gamma (poisson is gamma with K = 1), "
@@ -301,6 +327,18 @@ class LoadSettings:
             raise SettingsError(f"--cancel-after {self.cancel_after} counts from the stream's tokens: use --mode "
                                 f"stream, or a time after the send (e.g. 2s)")
         self.chunk_counter()  # a tokenizer that cannot load is bad input, said before the run starts
+
+    def _check_trace(self) -> None:
+        trace_flags = [f.metadata["flag"] for f in fields(self) if f.name.startswith(("trace_", "time_scale"))
+                       and getattr(self, f.name) != f.default]
+        if not self.trace:
+            if trace_flags:
+                raise SettingsError(f"{trace_flags[0]} shapes a trace replay: give --trace FILE too")
+            return
+        for flag, given in (("--rate", self.rate), ("--max-tokens", self.max_tokens),
+                            ("--stages", self.stages), ("--ramp", self.ramp)):
+            if given:
+                raise SettingsError(f"--trace gives each request's time and lengths: leave {flag} out")
 
 
 def strict_parsing(parser) -> None:

@@ -52,9 +52,9 @@ from llmload.loadgen.monitor import ResourceMonitor
 from llmload.loadgen.options import LoadSettings, SettingsError, add_arguments, strict_parsing
 from llmload.loadgen.outputs import end_line, stop_locust_csv_writer, summary_data, write_final_csv, write_json
 from llmload.loadgen.prometheus import Exporter, Scrape
-from llmload.loadgen.prompts import ModelLookup, Prompts
+from llmload.loadgen.prompts import ModelLookup, Prompts, TraceReplay
 from llmload.loadgen.rows import LocustRows
-from llmload.loadgen.schedule import Schedule
+from llmload.loadgen.schedule import Schedule, TraceSchedule
 from llmload.loadgen.sink import ResultSink
 from llmload.loadgen.watch import NO_SERVER_S, Watch
 from llmload.loadgen.worker import WorkerRole
@@ -88,6 +88,7 @@ class LoadPlugin:
         self._fingerprint: dict | None = None
         self._prompts = Prompts()
         self._model = ModelLookup()
+        self._trace: TraceReplay | None = None
         self._greenlets: list[gevent.Greenlet] = []
         self.cancels: CancelPolicy | None = None
 
@@ -146,7 +147,9 @@ class LoadPlugin:
         if not self.is_worker:  # a worker's options (and so its --dataset) arrive from the master later
             if not self.environment.host and not any(getattr(c, "host", None) for c in self.user_classes()):
                 raise SettingsError("no server to load: pass -H http://host:port (or set host = ... in locust.conf)")
-            for task in self.tasks():
+            if self.settings.trace:
+                self.trace()  # a bad trace is bad input, said before the run starts
+            for task in self.tasks() if not self.settings.trace else ():
                 self.prompts(task)
             if self.settings.api != "chat" and any(getattr(c, "needs_chat", False) for c in self.user_classes()):
                 raise SettingsError("conversations carry their history as chat messages: use --api chat")
@@ -189,6 +192,11 @@ class LoadPlugin:
         rows = LocustRows(self.environment, self.settings)
         if self.worker is not None:
             self.sink = self.worker.start(self.settings, rows)
+            if self.settings.trace:
+                try:
+                    self.trace()  # the master's --trace: built before the first ticket arrives
+                except DatasetError as exc:
+                    self.fail(str(exc))
         else:
             self._start_lead(rows)
         if self.master is None:  # the processes that send requests measure their own timing error
@@ -198,9 +206,12 @@ class LoadPlugin:
     def _start_lead(self, rows: LocustRows) -> None:
         """Standalone or master: the budget, the run's raw log, the board, the monitor."""
         settings = self.settings
-        schedule = Schedule(settings.rate, settings.arrival_law, settings.burstiness,
-                            settings.seed) if settings.open_loop else None
-        self.budget = Budget(settings.requests, settings.warmup, schedule) if self.needs_tickets else None
+        schedule = None
+        if settings.trace:
+            schedule = TraceSchedule(self.trace().offsets)
+        elif settings.open_loop:
+            schedule = Schedule(settings.rate, settings.arrival_law, settings.burstiness, settings.seed)
+        self.budget = Budget(self.request_limit, settings.warmup, schedule) if self.needs_tickets else None
         path = settings.raw_log_path or self._web_ui_raw_log()
         self._run_id = uuid.uuid4().hex[:12]
         self.sink = ResultSink(settings.slo, None, rows, histograms=settings.prometheus_port is not None)
@@ -329,8 +340,22 @@ class LoadPlugin:
     def prompts(self, task: str) -> list[PromptRecord]:
         return self._prompts.records(self.settings.dataset_for(task))
 
-    def next_prompt(self, task: str) -> PromptRecord:
-        """The next record of ``task``'s prompt file, in file order, cycling (workers start at different places)."""
+    def trace(self) -> TraceReplay:
+        """The ``--trace`` replay of the current settings (read and built once)."""
+        if self._trace is None or self._trace.key != TraceReplay.key_of(self.settings):
+            self._trace = TraceReplay(self.settings)
+        return self._trace
+
+    @property
+    def request_limit(self) -> int:
+        """Requests the run sends in all (0: no limit): ``--requests``, or the ``--trace``'s in its window."""
+        return len(self.trace().requests) if self.settings.trace else self.settings.requests
+
+    def next_prompt(self, task: str, ticket: Ticket | None = None) -> PromptRecord:
+        """The ``--trace``'s request of ``ticket``'s index; else the next record of ``task``'s prompt file, in
+        file order, cycling (workers start at different places)."""
+        if self.settings.trace and ticket is not None and ticket.index >= 0:
+            return self.trace().record(ticket.index)
         index = getattr(self.runner, "worker_index", 0) if self.is_worker else 0
         return self._prompts.next(task, self.settings.dataset_for(task), index)
 
@@ -403,9 +428,11 @@ class LoadPlugin:
             self.check_requests_done(self.sink.done)
 
     def check_requests_done(self, completed: int) -> None:
-        if self.settings.requests and completed >= self.settings.requests and not self.finishing:
+        limit = self.request_limit
+        if limit and completed >= limit and not self.finishing:
             self.finishing = True
-            gevent.spawn(self._finish, f"{completed} requests done (--requests {self.settings.requests})")
+            why = "the trace's requests" if self.settings.trace else f"--requests {limit}"
+            gevent.spawn(self._finish, f"{completed} requests done ({why})")
 
     def _finish(self, why: str) -> None:
         options = self.environment.parsed_options

@@ -1,4 +1,5 @@
-"""What each request sends: the next prompt record of a task, and the model (``--model`` or the server's first)."""
+"""What each request sends: the next prompt record of a task (or of a ``--trace``), and the model (``--model`` or
+the server's first)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ from pathlib import Path
 import gevent
 from gevent.event import AsyncResult
 
+from llmload.core.model_store import resolve_model
 from llmload.core.records import PromptRecord, load_prompts
 from llmload.core.transport import TransportError
 from llmload.core.wire import WireError
+from llmload.tasks.traces import TracePrompts, offsets, read_trace
 
 log = logging.getLogger("llmload")
 
@@ -36,6 +39,39 @@ class Prompts:
             start = random.Random(start_index).randrange(len(records)) if start_index else 0
             self._cursors[task] = itertools.count(start)
         return records[next(self._cursors[task]) % len(records)]
+
+
+class TraceReplay:
+    """A ``--trace``'s requests in the replay window, when each is due, and each one's prompt (built when sent).
+
+    Every process builds the same prompts from the same file, tokenizer and
+    seed, so a worker sends ticket ``k``'s request as the master scheduled it.
+    """
+
+    def __init__(self, settings):
+        from llmload.tasks.tokens import TokenCounter  # transformers: only with --trace
+
+        trace = read_trace(settings.trace, settings.trace_format)
+        self.requests = trace.window(settings.trace_start, settings.trace_duration)
+        if settings.requests:
+            self.requests = self.requests[:settings.requests]
+        self.offsets = offsets(self.requests, settings.trace_start, settings.time_scale)
+        counter = TokenCounter.load(settings.tokenizer or resolve_model(None))
+        self.prompts = TracePrompts(counter, settings.trace_block_size, settings.seed)
+        limit = settings.max_model_len or counter.tokenizer.model_max_length
+        self.prompts.check(trace.path, self.requests, settings.api, limit if limit < 10 ** 9 else None)
+        self.key = self.key_of(settings)
+
+    @staticmethod
+    def key_of(settings) -> tuple:
+        """The options the replay was built from (a worker builds it again when the master's differ)."""
+        return (settings.trace, settings.trace_format, settings.trace_start, settings.trace_duration,
+                settings.time_scale, settings.trace_block_size, settings.seed, settings.tokenizer, settings.api,
+                settings.max_model_len, settings.requests)
+
+    def record(self, index: int) -> PromptRecord:
+        """The prompt of the trace's ``index``-th request in the window."""
+        return self.prompts.record(self.requests[index])
 
 
 class ModelLookup:

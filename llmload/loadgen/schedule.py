@@ -8,6 +8,9 @@ Inter-arrival gaps are drawn from one seeded generator: ``constant`` (exactly
 schedule's start, so the schedule is the same however the requests are shared
 out, and a slow server never slows it down: a request that finds every user
 busy goes out late, and its dispatch lag shows it.
+
+A :class:`TraceSchedule` is a replayed trace's: request ``k`` is due at its
+own offset (its time in the trace, scaled), and there are only as many as the trace holds.
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ class Schedule:
         self.start: float | None = None
         self._next_index = 0
         self._next_offset = 0.0
+
+    #: How many requests the schedule holds (None: no end).
+    length: int | None = None
 
     def gap(self) -> float:
         """The next inter-arrival gap in seconds."""
@@ -50,3 +56,19 @@ class Schedule:
         self._next_index += 1
         self._next_offset += self.gap()
         return index, self.start + offset
+
+
+class TraceSchedule(Schedule):
+    """A trace's intended starts: request ``k`` is due ``offsets[k]`` seconds after the start (no more than them)."""
+
+    def __init__(self, offsets: list[float]):
+        self.offsets = tuple(offsets)
+        self.length = len(self.offsets)
+        self.start = None
+        self._next_index = 0
+
+    def next(self) -> tuple[int, float]:
+        assert self.start is not None, "begin() first"
+        index = self._next_index
+        self._next_index += 1
+        return index, self.start + self.offsets[index]

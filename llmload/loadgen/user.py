@@ -76,7 +76,7 @@ class LLMUser(FastHttpUser):
             # run stops; a waiting user is simply stopped with the others.
             return
         try:
-            record = self.plugin.next_prompt(self.task_name)
+            record = self.plugin.next_prompt(self.task_name, ticket)
         except DatasetError as exc:  # only on a worker: standalone and master check the file at start
             self.plugin.sink.abandoned()
             self.plugin.fail(str(exc))

@@ -24,7 +24,7 @@ from pathlib import Path
 from llmload.core.metrics import SLO, RequestResult, RunSummary, summarize
 from llmload.core.paths import REPO_ROOT
 from llmload.core.rawlog import read_results
-from llmload.core.runfiles import Cell, CellFiles, append_cell
+from llmload.core.runfiles import TRACE_PHASE, Cell, CellFiles, append_cell
 from llmload.runner.interrupts import StopSignal
 from llmload.runner.options import LOCUST_STOP_TIMEOUT_S
 from llmload.tasks import get_task
@@ -54,6 +54,7 @@ class LoadOptions:
     monitor_interval: float = 0.5
     cancel_rate: float = 0.0  # --cancel-rate, with cancel_after (--cancel-after)
     cancel_after: str = ""
+    trace: tuple[str, ...] = ()  # the load generator's options of a trace cell (--trace FILE ...)
 
     def requests_for(self, cell: Cell) -> int:
         """Requests a cell sends: its own count (a capacity step's later look), else ``--requests``, and at least
@@ -87,9 +88,12 @@ class CellRunner:
                "-u", str(users), "-r", str(users), "-H", base_url, "--csv", str(self.run_dir / cell.prefix),
                "--only-summary", "--loglevel", "WARNING", "-t", f"{int(o.cell_timeout)}s",
                "--stop-timeout", str(LOCUST_STOP_TIMEOUT_S), "--mode", cell.mode, "--api", o.api,
-               "--requests", str(o.requests_for(cell)), "--dataset", str(self.datasets[cell.task]),
                "--temperature", "0"]
-        if o.max_tokens:
+        if cell.phase == TRACE_PHASE:  # the trace gives the requests, their times, prompts and lengths
+            cmd += list(o.trace)
+        else:
+            cmd += ["--requests", str(o.requests_for(cell)), "--dataset", str(self.datasets[cell.task])]
+        if o.max_tokens and cell.phase != TRACE_PHASE:
             cmd += ["--max-tokens", str(o.max_tokens), "--ignore-eos"]
         if cell.rate is not None:
             cmd += ["--rate", f"{cell.rate:g}", "--arrival", o.arrival, "--seed", str(o.seed)]

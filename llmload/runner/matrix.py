@@ -21,7 +21,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from llmload.core.model_store import ModelNotAvailable, resolve_model, served_model_name
+from llmload.core.model_store import ModelNotAvailable, is_default_model, resolve_model, served_model_name
 from llmload.core.paths import RESULTS_DIR, dataset_path
 from llmload.core.points import Point
 from llmload.core.runfiles import Cell, append_capacity, append_cell, write_manifest
@@ -50,7 +50,24 @@ class RunnerError(RuntimeError):
 def load_options(args: argparse.Namespace) -> LoadOptions:
     return LoadOptions(api=args.api, requests=args.requests, max_tokens=args.max_tokens, warmup=args.warmup,
                        arrival=args.arrival, burstiness=args.burstiness, seed=args.seed, slo=args.slo,
-                       cell_timeout=args.cell_timeout, cancel_rate=args.cancel_rate, cancel_after=args.cancel_after)
+                       cell_timeout=args.cell_timeout, cancel_rate=args.cancel_rate, cancel_after=args.cancel_after,
+                       trace=trace_options(args))
+
+
+def trace_options(args: argparse.Namespace) -> tuple[str, ...]:
+    """The load generator's options of a trace cell: the trace, its window and scale, the model's tokenizer and
+    context (prompts built to the lengths in the served model's tokens)."""
+    if not getattr(args, "trace", None):
+        return ()
+    options = ["--trace", str(Path(args.trace).resolve()), "--time-scale", f"{args.time_scale:g}",
+               "--trace-start", f"{args.trace_start:g}", "--trace-duration", f"{args.trace_duration:g}",
+               "--trace-block-size", str(args.trace_block_size), "--max-model-len", str(args.max_model_len),
+               "--seed", str(args.seed)]
+    if args.trace_format:
+        options += ["--trace-format", args.trace_format]
+    if not is_default_model(args.model):
+        options += ["--tokenizer", args.model]
+    return tuple(options)
 
 
 class Runner:
@@ -99,7 +116,9 @@ class Runner:
             max_num_seqs=args.max_num_seqs, kv_cache_gib=args.kv_cache_gib, mock_ttft_ms=args.mock_ttft_ms,
             mock_itl_ms=args.mock_itl_ms, start_timeout=args.start_timeout, vllm_start_timeout=args.vllm_timeout)
         paths = {task: dataset_path(task, args.data_dir) for task in self.plan.tasks}
-        if args.data_dir is not None and all(p.is_file() for p in paths.values()):
+        if not self.plan.needs_datasets:
+            self.datasets = {}  # only the trace's level: it brings its own prompts
+        elif args.data_dir is not None and all(p.is_file() for p in paths.values()):
             self.datasets = paths  # the user's own prompt sets, used as they are
         else:
             try:

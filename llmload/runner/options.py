@@ -18,7 +18,8 @@ from llmload.core.cancel import SYNTAX as CANCEL_SYNTAX
 from llmload.core.cancel import cancel_after_text, cancel_rate, parse_cancel_after
 from llmload.core.cost import prices
 from llmload.core.metrics import APIS, MODES, SLO
-from llmload.tasks import default_task_names, task_names
+from llmload.tasks import DatasetError, default_task_names, task_names
+from llmload.tasks.traces import BLOCK_TOKENS, FORMATS as TRACE_FORMATS, check_lengths, read_trace
 from llmload.core.sequential import CONFIDENCE, Budget, requests_to_hold
 from llmload.loadgen.options import ARRIVALS
 from llmload.runner.schedule import ORDERS
@@ -162,6 +163,22 @@ def build_parser() -> OneLineParser:
     load.add_argument("--cancel-after", type=cancel_after_text, default="", metavar="WHEN",
                       help=f"when a cancelled request is abandoned: {CANCEL_SYNTAX}")
 
+    trace = p.add_argument_group("trace replay (docs/traces.md)")
+    trace.add_argument("--trace", type=Path, default=None, metavar="FILE",
+                       help="one more level per server and mode: replay this trace (each request at its time with its "
+                            "lengths, under the first of --tasks, synthetic by default; --pool bounds the requests "
+                            "in flight); shown as level 'trace'")
+    trace.add_argument("--trace-format", choices=TRACE_FORMATS, default=None,
+                       help="the trace's format (default: told from its first line)")
+    trace.add_argument("--time-scale", type=positive_float, default=1.0, metavar="S",
+                       help="multiply the trace's times by S (0.5: twice as fast; default: %(default)s)")
+    trace.add_argument("--trace-start", type=non_negative_float, default=0.0, metavar="SECONDS",
+                       help="replay from this many seconds after the trace's first request (default: %(default)s)")
+    trace.add_argument("--trace-duration", type=non_negative_float, default=0.0, metavar="SECONDS",
+                       help="replay this many seconds of the trace, before --time-scale (default: 0, to its end)")
+    trace.add_argument("--trace-block-size", type=positive_int, default=BLOCK_TOKENS, metavar="N",
+                       help="prompt tokens per hash id of the trace (default: %(default)s, Mooncake's block)")
+
     servers = p.add_argument_group("the servers")
     servers.add_argument("--model", default=None,
                          help="model id or folder (default: the embedded SmolLM2-135M-Instruct)")
@@ -218,8 +235,8 @@ def build_parser() -> OneLineParser:
 
 
 def open_loop(args: argparse.Namespace) -> bool:
-    """True when the run has open-loop cells (rates, a sweep or a capacity search)."""
-    return bool(args.rates or args.sweep or args.find_capacity)
+    """True when the run has open-loop cells (rates, a sweep, a capacity search or a trace)."""
+    return bool(args.rates or args.sweep or args.find_capacity or getattr(args, "trace", None))
 
 
 def resolve(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None) -> argparse.Namespace:
@@ -236,7 +253,7 @@ def resolve(args: argparse.Namespace, parser: argparse.ArgumentParser | None = N
     profile = {**FULL, **(QUICK if args.quick else {})}
     if args.concurrency is None and open_loop(args):
         profile["concurrency"] = []  # rates, sweeps and searches replace the default closed-loop levels
-    profile["tasks"] = profile["tasks"] or list(default_task_names())
+    profile["tasks"] = profile["tasks"] or (["synthetic"] if args.trace else list(default_task_names()))
     for key, value in profile.items():
         if getattr(args, key) is None:
             setattr(args, key, targets_type(value) if key == "servers" else value)
@@ -280,7 +297,26 @@ def resolve(args: argparse.Namespace, parser: argparse.ArgumentParser | None = N
             fail(problem)
     if args.pool is None:
         args.pool = args.requests
+    shaping = [flag for flag, given in (("--trace-format", args.trace_format), ("--time-scale", args.time_scale != 1.0),
+                                        ("--trace-start", args.trace_start), ("--trace-duration", args.trace_duration),
+                                        ("--trace-block-size", args.trace_block_size != BLOCK_TOKENS)) if given]
+    if shaping and not args.trace:
+        fail(f"{shaping[0]} shapes a trace replay: give --trace FILE too")
+    if args.trace:
+        problem = trace_problem(args)
+        if problem:
+            fail(problem)
     return args
+
+
+def trace_problem(args: argparse.Namespace) -> str | None:
+    """What makes ``--trace`` unplayable at these settings (one line naming file, line and field), or None."""
+    try:
+        trace = read_trace(args.trace, args.trace_format or "")
+        check_lengths(trace.path, trace.window(args.trace_start, args.trace_duration), args.max_model_len)
+    except DatasetError as exc:
+        return str(exc)
+    return None
 
 
 def step_requests(requests: int, looks: int) -> list[int]:
