@@ -88,7 +88,7 @@ class LoadPlugin:
         self._fingerprint: dict | None = None
         self._prompts = Prompts()
         self._model = ModelLookup()
-        self._trace: TraceReplay | None = None
+        self._trace = None  # the --trace replay, built in a thread of the hub's pool: (its key, its result)
         self._greenlets: list[gevent.Greenlet] = []
         self.cancels: CancelPolicy | None = None
 
@@ -193,10 +193,7 @@ class LoadPlugin:
         if self.worker is not None:
             self.sink = self.worker.start(self.settings, rows)
             if self.settings.trace:
-                try:
-                    self.trace()  # the master's --trace: built before the first ticket arrives
-                except DatasetError as exc:
-                    self.fail(str(exc))
+                self.trace(wait=False)  # the master's --trace: built while the users start
         else:
             self._start_lead(rows)
         if self.master is None:  # the processes that send requests measure their own timing error
@@ -340,11 +337,18 @@ class LoadPlugin:
     def prompts(self, task: str) -> list[PromptRecord]:
         return self._prompts.records(self.settings.dataset_for(task))
 
-    def trace(self) -> TraceReplay:
-        """The ``--trace`` replay of the current settings (read and built once)."""
-        if self._trace is None or self._trace.key != TraceReplay.key_of(self.settings):
-            self._trace = TraceReplay(self.settings)
-        return self._trace
+    def trace(self, wait: bool = True) -> TraceReplay | None:
+        """The ``--trace`` replay of the current settings, read and built once, in a thread: loading the tokenizer
+        takes seconds, in which a worker's heartbeats must go on. Raises :class:`DatasetError` for a bad trace."""
+        key = TraceReplay.key_of(self.settings)
+        if self._trace is None or self._trace[0] != key:
+            self._trace = key, gevent.get_hub().threadpool.spawn(_built_or_error, self.settings)
+        if not wait:
+            return None
+        replay = self._trace[1].get()
+        if isinstance(replay, DatasetError):
+            raise replay
+        return replay
 
     @property
     def request_limit(self) -> int:
@@ -380,6 +384,12 @@ class LoadPlugin:
         if not self.needs_tickets:
             self.sink.started()
             return Ticket(-1)
+        if self.settings.trace:
+            try:
+                self.trace()  # built before the first ticket is asked for: the schedule starts with that
+            except DatasetError as exc:  # only on a worker: standalone and master check the trace at start
+                self.fail(str(exc))
+                return None
         deadline = time.monotonic() + TICKET_WAIT_S
         while True:
             ticket = self.pool.take(scheduled)
@@ -477,6 +487,14 @@ class LoadPlugin:
         except OSError as exc:
             log.error(f"llmload: cannot write the summary {path}: {exc.strerror or exc}")
             return None
+
+
+def _built_or_error(settings) -> TraceReplay | DatasetError:
+    """The replay, or the error that says why not (as a value: the pool's thread would print its traceback)."""
+    try:
+        return TraceReplay(settings)
+    except DatasetError as exc:
+        return exc
 
 
 _PLUGINS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()

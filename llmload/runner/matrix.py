@@ -176,6 +176,7 @@ class Runner:
                    "; servers started in turn, as memory allows")
         return (f"run folder: {self.run_dir}\nmatrix: {len(self.targets)} server(s) x {len(p.tasks)} task(s) x "
                 f"{len(p.modes)} mode(s) x {levels} level(s){repeats}"
+                + (f" + trace {self.args.trace} (under {p.tasks[0]})" if p.trace else "")
                 + (" + saturation run" if p.searches else "")
                 + (f" + {p.sweep}-rate sweep" if p.sweep else "")
                 + (f" + capacity search (at most {p.capacity_steps} steps of {p.capacity_looks} looks)"

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from locust_helpers import locust_command, output, read_stats, run_locust, write_prompts
+from trace_files import assert_replayed, write_trace
 from llmload.core.metrics import summarize
 from llmload.core.rawlog import read_results
 from llmload.core.paths import REPO_ROOT
@@ -140,6 +141,15 @@ def test_an_open_loop_with_warmup_keeps_one_schedule_over_both_workers(mock_serv
 def shard_lines(prefix: Path) -> int:
     folder = Path(f"{prefix}_requests.shards")
     return sum(path.read_bytes().count(b"\n") for path in folder.glob("*.jsonl")) if folder.is_dir() else 0
+
+
+def test_two_workers_replay_one_trace_on_its_timestamps(fast_mock, tmp_path):
+    lines = write_trace(tmp_path / "trace.jsonl", 20, seed=1)
+    prefix = tmp_path / "trace"
+    run_cluster(fast_mock, prefix, "-u", "8", "-r", "8", "--api", "completion", "--trace",
+                str(tmp_path / "trace.jsonl"))
+    assert_log_agrees_with_stats(prefix, 20, workers=2)
+    assert_replayed(Path(f"{prefix}_requests.jsonl"), lines, 1.0)
 
 
 @pytest.mark.parametrize("stop, said, left", [(signal.SIGKILL, "was lost with", "lost"),

@@ -5,7 +5,7 @@ import time
 import pytest
 
 from llmload.loadgen.budget import Block, Budget, TicketPool
-from llmload.loadgen.schedule import Schedule
+from llmload.loadgen.schedule import Schedule, TraceSchedule
 
 pytestmark = pytest.mark.unit
 
@@ -107,3 +107,13 @@ def test_once_the_budget_is_used_up_a_follow_up_takes_the_last_scheduled_ticket(
     pool.add(budget.grant("", 2))
     assert pool.exhausted and pool.take(scheduled=False).index == -1
     assert [t.index for t in pool.tickets] == [1, 2, 3, 4]
+
+
+def test_a_trace_schedule_gives_each_ticket_its_own_offset_and_ends_with_the_trace():
+    budget = Budget(requests=4, schedule=TraceSchedule([0.0, 0.25, 0.25, 3.5]))
+    first, rest = budget.grant("w1", 3), budget.grant("w2", 10)
+    starts = [t.intended_start for t in first.tickets() + rest.tickets()]
+    assert [round(s - starts[0], 9) for s in starts] == [0.0, 0.25, 0.25, 3.5]
+    assert [t.index for t in first.tickets() + rest.tickets()] == [0, 1, 2, 3] and rest.exhausted
+    budget.give_back("w2", 1)  # a trace's place given back is not handed out again: the trace has no more
+    assert budget.grant("w1", 5).count == 0 and budget.exhausted

@@ -38,6 +38,11 @@ def test_files_follow_the_csv_prefix_or_the_raw_log():
     (dict(arrival="poisson"), "--arrival and --burstiness shape an open loop: give --rate R too"),
     (dict(rate=5.0, arrival="poisson", burstiness=0.5), "--burstiness applies to --arrival gamma"),
     (dict(stages=((1.0, 1),), ramp=((1.0, 2),)), "--stages and --ramp are two load shapes"),
+    (dict(time_scale=0.5), "--time-scale shapes a trace replay: give --trace FILE too"),
+    (dict(trace_start=3.0), "--trace-start shapes a trace replay"),
+    (dict(trace="t.jsonl", rate=2.0), "--trace gives each request's time and lengths: leave --rate out"),
+    (dict(trace="t.jsonl", max_tokens=8), "leave --max-tokens out"),
+    (dict(trace="t.jsonl", stages=((1.0, 1),)), "leave --stages out"),
     (dict(metrics_url="http://x/metrics"), "--metrics-url needs --monitor-pid"),
     (dict(cancel_rate=0.3), "--cancel-rate needs --cancel-after WHEN"),
     (dict(cancel_after="2s"), "--cancel-after applies to the requests --cancel-rate P picks"),
@@ -46,6 +51,11 @@ def test_files_follow_the_csv_prefix_or_the_raw_log():
 def test_contradictions_are_one_line(options, message):
     with pytest.raises(SettingsError, match=message):
         LoadSettings.from_options(SimpleNamespace(**options)).check()
+
+
+def test_a_trace_is_an_open_loop_with_its_own_law_and_exact_output_lengths():
+    s = LoadSettings.from_options(SimpleNamespace(trace="t.jsonl"))
+    assert s.open_loop and s.arrival_law == "trace" and s.params.ignore_eos and s.params.max_tokens is None
 
 
 def test_open_loop_law_follows_burstiness():

@@ -10,6 +10,7 @@ from llmload.core.metrics import summarize
 from llmload.core.rawlog import read_results
 from llmload.core.runfiles import read_capacity, read_cells
 from llmload.runner.plan import sweep_rates
+from trace_files import assert_replayed, write_trace
 from prompt_sets import make_data
 from runner_helpers import run_runner
 
@@ -127,3 +128,19 @@ def test_throughput_only_sends_sync_requests_and_reports_rates(tmp_path):
     assert cell.mode == "sync" and cell.status == "ok"
     (line,) = [x for x in proc.stdout.splitlines() if x.startswith("[1/1]")]
     assert " req/s, " in line and "E2E" not in line and "TTFT" not in line
+
+
+def test_a_trace_is_a_level_of_its_own_replayed_and_reported(tmp_path):
+    lines = write_trace(tmp_path / "trace.jsonl", 12, seed=2)
+    run_dir = tmp_path / "run"
+    proc = run_runner("--servers", "mock", "--trace", str(tmp_path / "trace.jsonl"), "--time-scale", "0.5",
+                      "--api", "completion", "--pool", "12", "--out", str(run_dir), "--mock-ttft-ms", "20",
+                      "--mock-itl-ms", "2", merged=True)
+    assert proc.returncode == 0, proc.stdout
+    cell, = read_cells(run_dir)
+    assert (cell.task, cell.phase, cell.level, cell.status, cell.prefix) == (
+        "synthetic", "trace", "trace", "ok", "mock/trace/synthetic_stream_c12")
+    assert "mock synthetic stream trace pool=12: 12 req, 0 failed" in proc.stdout
+    assert_replayed(run_dir / f"{cell.prefix}_requests.jsonl", lines, 0.5)
+    report = (run_dir / "report" / "summary.md").read_text()
+    assert any(line.startswith("| mock ") and "| trace " in line for line in report.splitlines()), report

@@ -140,3 +140,22 @@ def test_the_command_line_says_it_in_one_line(tmp_path):
     assert proc.stderr.strip().splitlines() == [
         "error: model: no model folder at ./models/not-there: pass a model folder or a Hugging Face id, or leave "
         "--model out to use the embedded default (materialised by `make model`)"]
+
+
+@pytest.mark.unit
+def test_a_trace_is_one_more_level_and_a_bad_one_is_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(cli, "loadgen_flags", lambda: frozenset({"--trace"}))
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 900, "output_length": 9}\n'
+                     '{"timestamp": 40, "input_length": 1500, "output_length": 600}\n')
+    args = parse_args(["--servers", "mock", "--trace", str(trace), "--time-scale", "0.5", "--max-model-len", "4096"])
+    assert args.tasks == ["synthetic"] and args.concurrency == [] and args.time_scale == 0.5
+    assert parse_args(["--servers", "mock", "--trace", str(trace), "--tasks", "qa,chat", "--trace-duration",
+                       "0.03"]).tasks == ["qa", "chat"]  # the window leaves the long request out
+    assert error_of(["--servers", "mock", "--trace", str(trace)], capsys) == (
+        f"error: {trace}:2: input_length + output_length: 1500 + 600 tokens exceed the model's context of 2048 "
+        "(--max-model-len)")
+    assert error_of(["--servers", "mock", "--time-scale", "2"], capsys) == (
+        "error: --time-scale shapes a trace replay: give --trace FILE too")
+    assert error_of(["--servers", "mock", "--trace", str(tmp_path / "none.jsonl")], capsys).startswith(
+        f"error: {tmp_path / 'none.jsonl'}: cannot read the trace: No such file")
