@@ -175,7 +175,7 @@ class LoadSettings:
                                     "block)", default=BLOCK_TOKENS, metavar="N", type=positive_int,
                                     include_in_web_ui=False)
     max_model_len: int = _option("--max-model-len", "the server's context: a --trace request longer than it is bad "
-                                 "input (0: the tokenizer's own limit)", default=0, metavar="N",
+                                 "input (0: the --tokenizer's model's max_position_embeddings)", default=0, metavar="N",
                                  type=non_negative_int, include_in_web_ui=False)
     api_key: str = _option("--api-key", "send 'Authorization: Bearer KEY'", default="", metavar="KEY",
                            is_secret=True)

@@ -4,6 +4,7 @@ the server's first)."""
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import random
 from pathlib import Path
@@ -41,6 +42,15 @@ class Prompts:
         return records[next(self._cursors[task]) % len(records)]
 
 
+def context_of(model: str) -> int | None:
+    """A local model folder's context (``max_position_embeddings`` of its config.json); None when unknown."""
+    try:
+        value = json.loads((Path(model) / "config.json").read_text(encoding="utf-8")).get("max_position_embeddings")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, int) and value > 0 else None
+
+
 class TraceReplay:
     """A ``--trace``'s requests in the replay window, when each is due, and each one's prompt (built when sent).
 
@@ -56,10 +66,10 @@ class TraceReplay:
         if settings.requests:
             self.requests = self.requests[:settings.requests]
         self.offsets = offsets(self.requests, settings.trace_start, settings.time_scale)
-        counter = TokenCounter.load(settings.tokenizer or resolve_model(None))
+        model = settings.tokenizer or resolve_model(None)
+        counter = TokenCounter.load(model)
         self.prompts = TracePrompts(counter, settings.trace_block_size, settings.seed)
-        limit = settings.max_model_len or counter.tokenizer.model_max_length
-        self.prompts.check(trace.path, self.requests, settings.api, limit if limit < 10 ** 9 else None)
+        self.prompts.check(trace.path, self.requests, settings.api, settings.max_model_len or context_of(model))
         self.key = self.key_of(settings)
 
     @staticmethod

@@ -232,6 +232,7 @@ def read_trace(path: str | Path, fmt: str = "") -> Trace:
 
 # --------------------------------------------------------------------------- prompts
 
+@functools.lru_cache(maxsize=4)
 def single_token_words(counter: "TokenCounter") -> tuple[str, ...]:
     """Words that are one token each with a leading space, and stay one token each when strung together.
 

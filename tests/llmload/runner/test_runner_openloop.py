@@ -133,14 +133,16 @@ def test_throughput_only_sends_sync_requests_and_reports_rates(tmp_path):
 def test_a_trace_is_a_level_of_its_own_replayed_and_reported(tmp_path):
     lines = write_trace(tmp_path / "trace.jsonl", 12, seed=2)
     run_dir = tmp_path / "run"
-    proc = run_runner("--servers", "mock", "--trace", str(tmp_path / "trace.jsonl"), "--time-scale", "0.5",
-                      "--api", "completion", "--pool", "12", "--out", str(run_dir), "--mock-ttft-ms", "20",
-                      "--mock-itl-ms", "2", merged=True)
+    proc = run_runner("--servers", "a=mock,b=mock", "--baseline", "a", "--trace", str(tmp_path / "trace.jsonl"),
+                      "--time-scale", "0.5", "--api", "completion", "--pool", "12", "--out", str(run_dir),
+                      "--mock-ttft-ms", "20", "--mock-itl-ms", "2", merged=True)
     assert proc.returncode == 0, proc.stdout
-    cell, = read_cells(run_dir)
-    assert (cell.task, cell.phase, cell.level, cell.status, cell.prefix) == (
-        "synthetic", "trace", "trace", "ok", "mock/trace/synthetic_stream_c12")
-    assert "mock synthetic stream trace pool=12: 12 req, 0 failed" in proc.stdout
-    assert_replayed(run_dir / f"{cell.prefix}_requests.jsonl", lines, 0.5)
-    report = (run_dir / "report" / "summary.md").read_text()
-    assert any(line.startswith("| mock ") and "| trace " in line for line in report.splitlines()), report
+    cells = sorted(read_cells(run_dir), key=lambda c: c.server)
+    assert [(c.server, c.task, c.phase, c.level, c.status, c.prefix) for c in cells] == [
+        (s, "synthetic", "trace", "trace", "ok", f"{s}/trace/synthetic_stream_c12") for s in ("a", "b")]
+    assert "a synthetic stream trace pool=12: 12 req, 0 failed" in proc.stdout
+    for cell in cells:
+        assert_replayed(run_dir / f"{cell.prefix}_requests.jsonl", lines, 0.5)
+    report = (run_dir / "report" / "summary.md").read_text().splitlines()
+    assert any(line.startswith("| b ") and "| synthetic | stream | trace " in line for line in report), report
+    assert any(line.startswith("| a / b ") and "| synthetic | stream | trace " in line for line in report), report
