@@ -147,8 +147,9 @@ class LoadPlugin:
         if not self.is_worker:  # a worker's options (and so its --dataset) arrive from the master later
             if not self.environment.host and not any(getattr(c, "host", None) for c in self.user_classes()):
                 raise SettingsError("no server to load: pass -H http://host:port (or set host = ... in locust.conf)")
-            if self.settings.trace:
-                self.trace()  # a bad trace is bad input, said before the run starts
+            if self.settings.trace and self.settings.warmup >= self.request_limit:  # a bad trace: said here
+                raise SettingsError(f"--warmup {self.settings.warmup} must be smaller than the --trace's "
+                                    f"{self.request_limit} requests in its window")
             for task in self.tasks() if not self.settings.trace else ():
                 self.prompts(task)
             if self.settings.api != "chat" and any(getattr(c, "needs_chat", False) for c in self.user_classes()):
