@@ -19,7 +19,7 @@ from llmload.core.cancel import cancel_after_text, cancel_rate, parse_cancel_aft
 from llmload.core.cost import prices
 from llmload.core.metrics import APIS, MODES, SLO
 from llmload.tasks import DatasetError, default_task_names, task_names
-from llmload.tasks.traces import BLOCK_TOKENS, FORMATS as TRACE_FORMATS, check_lengths, read_trace
+from llmload.tasks.traces import BLOCK_TOKENS, FORMATS as TRACE_FORMATS, check_lengths, offsets, read_trace
 from llmload.core.sequential import CONFIDENCE, Budget, requests_to_hold
 from llmload.loadgen.options import ARRIVALS
 from llmload.runner.schedule import ORDERS
@@ -313,9 +313,15 @@ def trace_problem(args: argparse.Namespace) -> str | None:
     """What makes ``--trace`` unplayable at these settings (one line naming file, line and field), or None."""
     try:
         trace = read_trace(args.trace, args.trace_format or "")
-        check_lengths(trace.path, trace.window(args.trace_start, args.trace_duration), args.max_model_len)
+        window = trace.window(args.trace_start, args.trace_duration)
+        check_lengths(trace.path, window, args.max_model_len)
     except DatasetError as exc:
         return str(exc)
+    span = offsets(window[-1:], args.trace_start, args.time_scale)[0]
+    if span >= args.cell_timeout:
+        return (f"--trace {args.trace}: the replay's last request is due {span:g} s after its first, beyond "
+                f"--cell-timeout {args.cell_timeout:g} s: raise --cell-timeout, or replay less (--trace-duration) "
+                "or faster (--time-scale)")
     return None
 
 

@@ -155,6 +155,10 @@ def test_a_trace_is_one_more_level_and_a_bad_one_is_one_line(tmp_path, capsys, m
     assert error_of(["--servers", "mock", "--trace", str(trace)], capsys) == (
         f"error: {trace}:2: input_length + output_length: 1500 + 600 tokens exceed the model's context of 2048 "
         "(--max-model-len)")
+    assert error_of(["--servers", "mock", "--trace", str(trace), "--max-model-len", "4096", "--time-scale", "30",
+                     "--cell-timeout", "1"], capsys) == (
+        f"error: --trace {trace}: the replay's last request is due 1.2 s after its first, beyond --cell-timeout 1 s: "
+        "raise --cell-timeout, or replay less (--trace-duration) or faster (--time-scale)")
     assert error_of(["--servers", "mock", "--time-scale", "2"], capsys) == (
         "error: --time-scale shapes a trace replay: give --trace FILE too")
     assert error_of(["--servers", "mock", "--trace", str(tmp_path / "none.jsonl")], capsys).startswith(
