@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from llmload.core.calibration import Calibration
-from llmload.core.points import Point
+from llmload.core.points import TRACE_PHASE, Point
 from llmload.core.metrics import FIGURES, METRICS, headline_columns
 from llmload.core.stats import RESAMPLES, SEED, WITHIN_RUN, Interval, min_samples
 from llmload.core.tables import render
@@ -190,7 +190,7 @@ def ratio_table(ratios: list[Ratio]) -> str:
     for r in ratios:
         point = r.bottom.point
         _, ivs = by_point.setdefault((r.get("ratio"), point.shared), (
-            [r.get("ratio"), point.task, point.mode, point.load.label], {}))
+            [r.get("ratio"), point.task, point.mode, point.level], {}))
         ivs[r.metric] = r.interval
     columns = [c for c in RATIO_COLUMNS if any(c in ivs for _, ivs in by_point.values())]
     body = []
@@ -256,9 +256,10 @@ def run_to_run_note(report: "Report") -> str:
 
 
 def main_rows(report: Report) -> tuple[list[Row], list[Row]]:
-    """(matrix rows, sweep/capacity rows) of the pooled groups."""
-    return ([r for r in report.groups if r.point.phase == "matrix"],
-            [r for r in report.groups if r.point.phase != "matrix"])
+    """(matrix and trace rows, sweep/capacity rows) of the pooled groups."""
+    first = ("matrix", TRACE_PHASE)
+    return ([r for r in report.groups if r.point.phase in first],
+            [r for r in report.groups if r.point.phase not in first])
 
 
 def markdown(report: Report) -> str:
@@ -357,7 +358,7 @@ def section_lines(report: Report) -> list[str]:
                   render(body, ["#", "block", "started", "cell", "s", "status"]), ""]
     if report.prefix:
         body = [[f"{r.top.point.server} / {r.bottom.point.server}", r.top.point.task, r.top.point.mode,
-                 r.top.point.load.label, title(r.metric), estimate_text(r.metric, r.top),
+                 r.top.point.level, title(r.metric), estimate_text(r.metric, r.top),
                  estimate_text(r.metric, r.bottom), ratio_text(r.interval)] for r in report.prefix]
         parts += ["## Prefix caching", "",
                   "TTFT with the prefix cache off and on, on the same prompts; off / on above 1: the cache shortens "

@@ -11,6 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+#: The phase of a replayed trace's cells (``--trace``): the trace gives their schedule; their load's
+#: concurrency is the pool of requests in flight.
+TRACE_PHASE = "trace"
+
+
 @dataclass(frozen=True)
 class Load:
     """A load level: a closed loop of ``concurrency`` users, or an open loop at ``rate`` requests/s (with
@@ -46,7 +51,7 @@ class Point:
     task: str
     mode: str
     load: Load
-    phase: str = "matrix"  # which part of the run: "matrix", "sweep" or "capacity"
+    phase: str = "matrix"  # which part of the run: "matrix", "sweep", "capacity" or "trace"
 
     @property
     def key(self) -> tuple:
@@ -58,6 +63,11 @@ class Point:
         """``mock qa stream c4``, the phase after it when it is not the matrix."""
         return " ".join([self.server, self.task, self.mode, self.load.label]
                         + ([self.phase] if self.phase != "matrix" else []))
+
+    @property
+    def level(self) -> str:
+        """The load's label, ``trace`` after it for a replayed trace (tables without a phase column)."""
+        return self.load.label + (" trace" if self.phase == TRACE_PHASE else "")
 
     @property
     def shared(self) -> tuple:

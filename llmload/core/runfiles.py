@@ -47,7 +47,7 @@ class Cell:
     prefix: str  # file prefix, relative to the run folder
     rate: float | None = None  # offered requests/s (open loop); None = closed loop
     repeat: int = 0  # the repeat, or a capacity step's look (0 = the first)
-    phase: str = "matrix"  # "matrix", "sweep", "capacity" (which part of the run made it)
+    phase: str = "matrix"  # "matrix", "sweep", "capacity", "trace" (which part of the run made it)
     requests: int | None = None  # requests it sends when not the run's --requests (a capacity step's later looks)
     status: str = "pending"
     error: str = ""

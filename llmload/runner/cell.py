@@ -24,7 +24,8 @@ from pathlib import Path
 from llmload.core.metrics import SLO, RequestResult, RunSummary, summarize
 from llmload.core.paths import REPO_ROOT
 from llmload.core.rawlog import read_results
-from llmload.core.runfiles import TRACE_PHASE, Cell, CellFiles, append_cell
+from llmload.core.points import TRACE_PHASE
+from llmload.core.runfiles import Cell, CellFiles, append_cell
 from llmload.runner.interrupts import StopSignal
 from llmload.runner.options import LOCUST_STOP_TIMEOUT_S
 from llmload.tasks import get_task

@@ -167,7 +167,7 @@ def build_parser() -> OneLineParser:
     trace.add_argument("--trace", type=Path, default=None, metavar="FILE",
                        help="one more level per server and mode: replay this trace (each request at its time with its "
                             "lengths, under the first of --tasks, synthetic by default; --pool bounds the requests "
-                            "in flight); shown as level 'trace'")
+                            "in flight); its cells are phase 'trace'")
     trace.add_argument("--trace-format", choices=TRACE_FORMATS, default=None,
                        help="the trace's format (default: told from its first line)")
     trace.add_argument("--time-scale", type=positive_float, default=1.0, metavar="S",

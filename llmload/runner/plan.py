@@ -7,6 +7,7 @@ Cell file prefixes, relative to the run folder:
     <server>/sweep/<task>_<mode>_c<pool>               saturation run of a sweep (or of a capacity search)
     <server>/sweep/<task>_<mode>_r<rate>[_rep<k>]      the sweep's rates
     <server>/capacity/<task>_<mode>_r<rate>[_look<k>]  the capacity search's steps (a later look: more requests)
+    <server>/trace/<task>_<mode>_c<pool>[_rep<k>]      the --trace replayed (under the first task)
 
 ``_rep<k>`` appears when a cell may run more than once (``--repeat`` above 1, or ``--target-ci``).
 """
@@ -16,7 +17,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from llmload.core.points import Load, Point
+from llmload.core.points import TRACE_PHASE, Load, Point
 from llmload.core.runfiles import Cell
 
 
@@ -56,6 +57,7 @@ class Plan:
     capacity_looks: int = 1
     target_ci: float | None = None  # percent: a level repeats until its headline half-widths are within it
     max_repeats: int = 1  # with target_ci: the cap on its repeats
+    trace: bool = False  # a --trace level (under the first task, at most pool requests in flight)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> "Plan":
@@ -63,7 +65,8 @@ class Plan:
                    rates=tuple(round_rate(r) for r in args.rates or ()), repeat=args.repeat, pool=args.pool,
                    sweep=args.sweep or 0, find_capacity=args.find_capacity, capacity_steps=args.capacity_steps,
                    capacity_looks=args.capacity_looks, target_ci=args.target_ci,
-                   max_repeats=args.max_repeats if args.target_ci is not None else args.repeat)
+                   max_repeats=args.max_repeats if args.target_ci is not None else args.repeat,
+                   trace=bool(getattr(args, "trace", None)))
 
     @property
     def searches(self) -> bool:
@@ -78,10 +81,17 @@ class Plan:
     def pairs(self) -> list[tuple[str, str]]:
         return [(task, mode) for task in self.tasks for mode in self.modes]
 
+    @property
+    def needs_datasets(self) -> bool:
+        """True when some level sends its tasks' prompt sets (a trace brings its own prompts)."""
+        return bool(self.concurrency or self.rates or self.searches)
+
     def points(self, server: str, task: str, mode: str) -> list[Point]:
-        """The levels known before anything runs: each concurrency, each rate."""
+        """The levels known before anything runs: each concurrency, each rate, the trace (under the first task)."""
+        trace = [Point(server, task, mode, Load(self.pool), TRACE_PHASE)] if self.trace and task == self.tasks[0] \
+            else []
         return ([Point(server, task, mode, Load(c)) for c in self.concurrency]
-                + [Point(server, task, mode, Load(self.pool, r)) for r in self.rates])
+                + [Point(server, task, mode, Load(self.pool, r)) for r in self.rates] + trace)
 
     def sweep_points(self, server: str, task: str, mode: str, saturation: float) -> list[Point]:
         return [Point(server, task, mode, Load(self.pool, r), "sweep") for r in sweep_rates(saturation, self.sweep)]
@@ -109,4 +119,4 @@ class Plan:
     def cells_per_server(self) -> int:
         """Most cells one server runs (every level to its cap, every capacity step to its last look)."""
         per_pair = (len(self.concurrency) + len(self.rates)) * self.max_repeats + self.search_cells()
-        return per_pair * len(self.tasks) * len(self.modes)
+        return (per_pair * len(self.tasks) + self.trace * self.max_repeats) * len(self.modes)

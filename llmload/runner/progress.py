@@ -12,13 +12,15 @@ can shrink.
 from __future__ import annotations
 
 from llmload.core.metrics import RunSummary
+from llmload.core.points import TRACE_PHASE
 from llmload.core.runfiles import Cell
 
 
 def cell_label(cell: Cell, repeats: int = 1) -> str:
     """``basic-batched qa stream c=8``, with the phase and the repeat where they tell cells apart."""
     point = cell.point
-    label = f"{point.server} {point.task} {point.mode} {point.load.describe()}"
+    load = f"trace pool={point.load.concurrency}" if point.phase == TRACE_PHASE else point.load.describe()
+    label = f"{point.server} {point.task} {point.mode} {load}"
     if point.phase in ("sweep", "capacity") and point.load.closed:
         label += " (saturation)"
     elif cell.phase == "capacity":

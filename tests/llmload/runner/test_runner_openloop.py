@@ -138,11 +138,13 @@ def test_a_trace_is_a_level_of_its_own_replayed_and_reported(tmp_path):
                       "--mock-ttft-ms", "20", "--mock-itl-ms", "2", merged=True)
     assert proc.returncode == 0, proc.stdout
     cells = sorted(read_cells(run_dir), key=lambda c: c.server)
-    assert [(c.server, c.task, c.phase, c.level, c.status, c.prefix) for c in cells] == [
-        (s, "synthetic", "trace", "trace", "ok", f"{s}/trace/synthetic_stream_c12") for s in ("a", "b")]
+    assert [(c.server, c.task, c.phase, c.status, c.prefix) for c in cells] == [
+        (s, "synthetic", "trace", "ok", f"{s}/trace/synthetic_stream_c12") for s in ("a", "b")]
     assert "a synthetic stream trace pool=12: 12 req, 0 failed" in proc.stdout
     for cell in cells:
         assert_replayed(run_dir / f"{cell.prefix}_requests.jsonl", lines, 0.5)
     report = (run_dir / "report" / "summary.md").read_text().splitlines()
-    assert any(line.startswith("| b ") and "| synthetic | stream | trace " in line for line in report), report
-    assert any(line.startswith("| a / b ") and "| synthetic | stream | trace " in line for line in report), report
+    first_table = report[:report.index(next(line for line in report if line.startswith("## ")))]
+    assert any(line.startswith("| b ") and "| synthetic | stream | c12 " in line and "| trace " in line
+               for line in first_table), report  # beside the matrix's rows, its phase shown
+    assert any(line.startswith("| a / b ") and "| synthetic | stream | c12 trace " in line for line in report), report

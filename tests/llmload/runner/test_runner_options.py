@@ -143,8 +143,7 @@ def test_the_command_line_says_it_in_one_line(tmp_path):
 
 
 @pytest.mark.unit
-def test_a_trace_is_one_more_level_and_a_bad_one_is_one_line(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(cli, "loadgen_flags", lambda: frozenset({"--trace"}))
+def test_a_trace_is_one_more_level_and_a_bad_one_is_one_line(tmp_path, capsys):
     trace = tmp_path / "t.jsonl"
     trace.write_text('{"timestamp": 0, "input_length": 900, "output_length": 9}\n'
                      '{"timestamp": 40, "input_length": 1500, "output_length": 600}\n')

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from argparse import Namespace
 from dataclasses import replace
 
 import pytest
@@ -166,3 +167,32 @@ def test_target_ci_stops_a_level_once_converged_or_at_its_cap(monkeypatch, tmp_p
     assert [c.repeat for c in ran] == list(range(repeats))
     (outcome,) = runner.convergence
     assert (outcome["repeats"], outcome["converged"], outcome["half_widths"]) == (repeats, converged, widths[-1])
+
+
+@pytest.mark.unit
+def test_a_trace_level_runs_once_per_server_and_mode_under_the_first_task():
+    args = Namespace(tasks=["qa", "chat"], modes=["stream", "sync"], concurrency=[2], rates=None, repeat=1, pool=16,
+                     sweep=None, find_capacity=False, capacity_steps=6, capacity_looks=5, target_ci=None,
+                     max_repeats=None, trace="t.jsonl")
+    plan = Plan.from_args(args)
+    cells = [plan.cell(p) for task, mode in plan.pairs() for p in plan.points("mock", task, mode)]
+    traced = [c for c in cells if c.phase == "trace"]
+    assert [(c.task, c.mode, c.prefix, c.point.label) for c in traced] == [
+        ("qa", "stream", "mock/trace/qa_stream_c16", "mock qa stream c16 trace"),
+        ("qa", "sync", "mock/trace/qa_sync_c16", "mock qa sync c16 trace")]
+    assert cell_label(traced[0]) == "mock qa stream trace pool=16"
+    assert plan.cells_per_server() == len(cells) == 6 and plan.needs_datasets
+    assert not Plan.from_args(Namespace(**{**vars(args), "concurrency": []})).needs_datasets
+
+
+@pytest.mark.unit
+def test_a_trace_cell_runs_the_trace_not_the_prompt_set(tmp_path):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 9, "output_length": 2}\n')
+    args = parse_args(["--servers", "mock", "--trace", str(trace), "--time-scale", "2", "--pool", "5"])
+    runner = CellRunner(tmp_path, matrix.load_options(args), {})
+    plan = Plan.from_args(args)
+    cmd = runner.command(plan.cell(plan.points("mock", "synthetic", "stream")[0]), "http://127.0.0.1:1")
+    assert cmd[cmd.index("--trace") + 1] == str(trace.resolve()) and cmd[cmd.index("--time-scale") + 1] == "2"
+    assert cmd[cmd.index("-u") + 1] == "5" and cmd[cmd.index("--max-model-len") + 1] == "2048"
+    assert not {"--requests", "--dataset", "--max-tokens", "--rate", "--tokenizer"} & set(cmd)
