@@ -43,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
-from llmload.core.cliargs import OneLineParser, positive_float, positive_int
+from llmload.core.cliargs import OneLineParser, positive_float, positive_int, print_error
 from llmload.core.paths import RESULTS_DIR
 from llmload.core.stats import (Interval, Statistic, Z975, block_counts, interval, repeat_interval, rng_for,
                                 widened)
@@ -316,9 +316,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.repeat < 3:
-        print("error: --repeat must be at least 3 (each run is checked against the others' mean, and the "
-              "cross-validated calibration needs 2 other runs)", file=sys.stderr)
-        return 2
+        return print_error("--repeat must be at least 3 (each run is checked against the others' mean, and the "
+                           "cross-validated calibration needs 2 other runs)")
     print(f"machine: {machine_line()}")
     if args.synthetic:
         print(f"\nWithin-run methods: coverage of the true value ({args.draws} draws per row, nominal 95 %)\n")
@@ -333,12 +332,10 @@ def main(argv: list[str] | None = None) -> int:
             runs = [load_run(runner_repeats(engine, args, out / engine))
                     for engine in [e.strip() for e in args.engines.split(",") if e.strip()]]
     except ReportError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return print_error(str(exc))
     rows = [row for run in runs for row in run_coverage(run)]
     if not rows:
-        print("error: no cell with 3 or more completed repeats", file=sys.stderr)
-        return 2
+        return print_error("no cell with 3 or more completed repeats")
     repeats = sorted({r.repeats for r in rows})
     print("\nShare of runs whose 95 % interval covers the mean of the other runs (a correct interval: "
           + ", ".join(f"{100 * expected_share(r):.1f} % at R = {r}" for r in repeats) + "; goal 90 %)\n")

@@ -64,7 +64,8 @@ from pathlib import Path
 from typing import Iterator
 
 from llmload.core.clienterror import BOUND_STAT
-from llmload.core.cliargs import choice_list, float_list, int_list, non_negative_float, positive_float, positive_int
+from llmload.core.cliargs import (OneLineParser, choice_list, float_list, int_list, non_negative_float, positive_float,
+                                  positive_int, print_error)
 from llmload.core.metrics import RequestResult, percentile, summarize
 from llmload.core.model_store import ModelNotAvailable, resolve_model
 from llmload.core.paths import REPO_ROOT
@@ -517,8 +518,8 @@ def accuracy_verdicts(rows: list[Measurement], limit_ms: float) -> list[str]:
 # --------------------------------------------------------------------------- command line
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+def build_parser() -> OneLineParser:
+    p = OneLineParser(
         prog="python -m benchmarks.loadgen_capacity",
         description="What one Locust process sustains (SSE chunks/s, requests/s) and the user count at which its "
                     "TTFT error passes 5 ms, against the mock engine; vllm bench serve side by side where installed.")
@@ -627,13 +628,11 @@ def main(argv: list[str] | None = None) -> int:
         print("note: vLLM is not installed here: vllm bench serve is skipped", file=sys.stderr)
         tools.remove("vllm-bench")
     if not tools:
-        print("error: no tool to run (vLLM is not installed; add --tools locust)", file=sys.stderr)
-        return 2
+        return print_error("no tool to run (vLLM is not installed; add --tools locust)")
     if args.reference is not None:
         if not (args.reference / "llmload" / "loadgen").is_dir():
-            print(f"error: --reference {args.reference} is not a checkout of this suite (no llmload/loadgen/ in it)",
-                  file=sys.stderr)
-            return 2
+            return print_error(f"--reference {args.reference} is not a checkout of this suite (no llmload/loadgen/ "
+                               "in it)")
         args.reference = args.reference.resolve()
         tools.insert(1, REFERENCE)
     tokenizer = None
@@ -641,14 +640,12 @@ def main(argv: list[str] | None = None) -> int:
         try:
             tokenizer = resolve_model(args.tokenizer)
         except ModelNotAvailable as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
+            return print_error(str(exc))
     with work_folder(args.out, "loadgen-bench-") as work:
         try:
             measured = run_benchmark(args, work, tools, tokenizer)
         except ServiceError as exc:
-            print(f"error: {str(exc).splitlines()[0]}", file=sys.stderr)
-            return 1
+            return print_error(str(exc).splitlines()[0], 1)
     capacity = [m for m in measured if m.workload.part == "capacity"]
     accuracy = [m for m in measured if m.workload.part == "accuracy"]
     rates = [m for m in measured if m.workload.part == "rate"]

@@ -41,7 +41,7 @@ from pathlib import Path
 
 import psutil
 
-from llmload.core.cliargs import choice_list, int_list, positive_int
+from llmload.core.cliargs import OneLineParser, choice_list, int_list, positive_int, print_error
 from llmload.core.paths import REPO_ROOT
 from llmload.core.records import PromptRecord, write_records
 from llmload.core.services import ServiceError, free_port
@@ -230,9 +230,8 @@ def cost_table(costs: list[Cost]) -> str:
                    "workers per master core"], fmt="simple")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.loadgen_cluster",
-                                description=__doc__.split("\n\n")[0])
+def build_parser() -> OneLineParser:
+    p = OneLineParser(prog="python -m benchmarks.loadgen_cluster", description=__doc__.split("\n\n")[0])
     p.add_argument("--parts", type=choice_list(PARTS, "parts"), default=list(PARTS),
                    help="what to run (default: master-cost,throughput)")
     p.add_argument("--requests", type=positive_int, default=3000,
@@ -286,8 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             runs, costs = run_parts(args, work)
         except (BenchError, ServiceError) as exc:
-            print(f"error: {str(exc).splitlines()[0]}", file=sys.stderr)
-            return 2 if isinstance(exc, BenchError) else 1
+            return print_error(str(exc).splitlines()[0], 2 if isinstance(exc, BenchError) else 1)
         if args.out is not None:
             (work / "summary.json").write_text(json.dumps(
                 {"settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},

@@ -23,7 +23,6 @@ each prompt carries its record id in brackets, ``[chat-3] ...``.
 
 from __future__ import annotations
 
-import argparse
 import contextvars
 import json
 import os
@@ -35,6 +34,7 @@ from pathlib import Path
 
 import uvicorn
 
+from llmload.core.cliargs import OneLineParser
 from llmload.core.metrics import RequestResult, request_metrics
 from llmload.core.paths import REPO_ROOT
 from llmload.targets import RunningTarget, Target, TargetKind, TargetSettings, start_target
@@ -203,11 +203,11 @@ def start_recording_mock(record: Path, ttft_ms: float, itl_ms: float, log: Path)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="python -m benchmarks.recording_mock", description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--record", required=True)
-    parser.add_argument("--mock-ttft-ms", type=float, default=200.0)
-    parser.add_argument("--mock-itl-ms", type=float, default=20.0)
+    parser.add_argument("--mock-ttft-ms", type=float, default=ServerSettings.mock_ttft_ms)
+    parser.add_argument("--mock-itl-ms", type=float, default=ServerSettings.mock_itl_ms)
     args = parser.parse_args()
     settings = ServerSettings(engine="mock", host="127.0.0.1", port=args.port, mock_ttft_ms=args.mock_ttft_ms,
                               mock_itl_ms=args.mock_itl_ms, log_level="warning")

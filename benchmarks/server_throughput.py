@@ -38,8 +38,10 @@ from pathlib import Path
 import gevent
 from geventhttpclient.client import HTTPClientPool
 
-from llmload.core.cliargs import OneLineParser, int_list, non_negative_int, positive_float, positive_int
+from llmload.core.cliargs import (OneLineParser, add_options, from_namespace, int_list, positive_float, positive_int,
+                                  print_error)
 from llmload.core.client import LLMClient
+from llmload.core.defaults import REQUEST_TIMEOUT_S
 from llmload.core.metrics import APIS, RequestResult, RunSummary, ratio, summarize
 from llmload.core.model_store import ModelNotAvailable, resolve_model, served_model_name
 from llmload.core.rawlog import write_results
@@ -50,10 +52,12 @@ from llmload.core.transport import HTTPTransport, TransportError
 from llmload.core.wire import GenerationParams, WireError
 from llmload.targets import DEFAULT_BASELINE, Target, TargetSettings, get_kind, start_target, targets_type
 from monitors.sampler import peak_usage, read_monitor, start_monitor
-from server.settings import DTYPES
 
 #: What runs by default; ``basic-batched-plain`` (batched with its weights left unpacked) measures the packing.
 DEFAULT_SERVERS = "basic-naive,basic-batched,vllm"
+#: The server options' defaults that differ from the runner's (:class:`TargetSettings`): one batch cap for batched
+#: and vLLM alike, so that both may hold as many requests at once.
+SERVER_DEFAULTS = {"max_num_seqs": 32}
 
 #: Built-in prompts (used when no --prompts file is given): varied lengths, one chat turn each.
 DEFAULT_PROMPTS = (
@@ -263,22 +267,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="API every request uses: chat, completion or responses (/v1/responses) (default: %(default)s)")
     p.add_argument("--prompts", type=Path, default=None,
                    help="JSONL prompt records (llmload.core.records) to use instead of the built-in prompts")
-    p.add_argument("--model", default=None, help="model folder or id (default: the embedded SmolLM2-135M-Instruct)")
-    p.add_argument("--max-model-len", type=positive_int, default=2048, metavar="N",
-                   help="context limit of every server (default: %(default)s)")
-    p.add_argument("--dtype", choices=DTYPES, default="float32",
-                   help="weights dtype of every server, so that all do the same arithmetic (default: %(default)s, "
-                        "as the runner; vLLM alone would pick bfloat16 on CPU)")
-    p.add_argument("--max-num-seqs", type=positive_int, default=32, metavar="N",
-                   help="batch cap of batched and vLLM alike (default: %(default)s)")
-    p.add_argument("--threads", type=non_negative_int, default=1, metavar="N",
-                   help="torch threads of naive and batched; 0: torch's default, one per core (default: 1, as vLLM "
-                        "on a 2-core CPU: one compute thread, one core left for the HTTP side)")
-    p.add_argument("--kv-cache-gib", type=positive_float, default=4.0, metavar="GIB",
-                   help="vLLM on CPU: KV cache GiB (default: %(default)s)")
-    p.add_argument("--vllm-timeout", type=positive_float, default=600.0, metavar="S",
-                   help="seconds to wait for vLLM to start (default: %(default)s)")
-    p.add_argument("--timeout", type=positive_float, default=900.0, metavar="S",
+    add_options(p, TargetSettings, defaults=SERVER_DEFAULTS)
+    p.add_argument("--timeout", type=positive_float, default=REQUEST_TIMEOUT_S, metavar="S",
                    help="seconds one request may take (default: %(default)s)")
     p.add_argument("--out", type=Path, default=None,
                    help="folder for raw per-request JSONL, the table (summary.json) and server logs")
@@ -313,12 +303,8 @@ def main(argv: list[str] | None = None) -> int:
         prompts = load_prompts(args.prompts)
         model_path = resolve_model(args.model) if needs_model else args.model
     except (BenchError, ModelNotAvailable) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    settings = TargetSettings(model=model_path, served_model_name=served_model_name(args.model),
-                              max_model_len=args.max_model_len, dtype=args.dtype, threads=args.threads,
-                              max_num_seqs=args.max_num_seqs, kv_cache_gib=args.kv_cache_gib,
-                              vllm_start_timeout=args.vllm_timeout)
+        return print_error(str(exc))
+    settings = from_namespace(TargetSettings, args, model=model_path, served_model_name=served_model_name(args.model))
     out_dir = args.out
     log_dir = out_dir or Path("results") / f"bench-{time.strftime('%Y%m%d-%H%M%S')}"
     log_dir.mkdir(parents=True, exist_ok=True)

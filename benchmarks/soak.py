@@ -26,7 +26,7 @@ from pathlib import Path
 
 import psutil
 
-from llmload.core.cliargs import positive_float, positive_int
+from llmload.core.cliargs import OneLineParser, positive_float, positive_int, print_error
 from llmload.core.metrics import METRICS, summarize
 from llmload.core.paths import REPO_ROOT
 from llmload.core.rawlog import iter_results
@@ -159,7 +159,7 @@ def compare_with_exact(prefix: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.soak", description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="python -m benchmarks.soak", description=__doc__.splitlines()[0])
     p.add_argument("--requests", type=positive_int, default=1_000_000, help="requests in all (default: 1,000,000)")
     p.add_argument("--users", type=positive_int, default=32, help="Locust users (default: %(default)s)")
     p.add_argument("--tokens", type=positive_int, default=1, help="tokens per answer (default: %(default)s)")
@@ -174,8 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run(args, work)
     except ServiceError as exc:
-        print(f"error: {str(exc).splitlines()[0]}", file=sys.stderr)
-        return 1
+        return print_error(str(exc).splitlines()[0], 1)
     finally:
         if temporary is not None:
             temporary.cleanup()

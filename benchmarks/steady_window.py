@@ -14,12 +14,11 @@ seeds found no window.
 
 from __future__ import annotations
 
-import argparse
 import platform
 
 import numpy as np
 
-from llmload.core.cliargs import positive_int
+from llmload.core.cliargs import OneLineParser, positive_int
 from llmload.core.metrics import RequestResult
 from llmload.core.tables import render
 from reports.steady import find_window
@@ -95,9 +94,9 @@ def measure(make, ramp_s: float, plateau_s: float, seeds: int) -> list:
                                            np.median(e))]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.steady_window",
-                                description="Accuracy of the report's steady window on scripted ramps.")
+def build_parser() -> OneLineParser:
+    p = OneLineParser(prog="python -m benchmarks.steady_window",
+                      description="Accuracy of the report's steady window on scripted ramps.")
     p.add_argument("--seeds", type=positive_int, default=20, help="seeds per scenario (default: %(default)s)")
     return p
 

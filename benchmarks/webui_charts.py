@@ -23,7 +23,6 @@ Each way's files come from a git revision (``--svg REV``, ``--echarts REV``; ``.
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import json
 import math
@@ -34,7 +33,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from llmload.core.cliargs import positive_int
+from llmload.core.cliargs import OneLineParser, fail, positive_int, print_error
 from llmload.core.paths import REPO_ROOT
 from llmload.core.tables import render
 
@@ -164,7 +163,7 @@ def measure(context, page_path: Path, polls: int) -> dict:
     task_ms = (task_s() - before) * 1000 / polls
     page.close()
     if errors:
-        raise SystemExit(f"error: the page failed: {errors[0]}")
+        fail(f"the page failed: {errors[0]}", 1)
     return {"load_ms": load[0], "first_render_ms": load[1], "heap_mb": heap,
             "poll_script_ms": statistics.median(times), "poll_task_ms": task_ms}
 
@@ -203,7 +202,7 @@ def run(points: list[int], loads: int, polls: int, ways: dict[str, dict[str, str
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.webui_charts", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="python -m benchmarks.webui_charts", description=__doc__.splitlines()[0])
     parser.add_argument("--points", type=positive_int, nargs="+", default=[60, 3600],
                         help="seconds of history on the page (default: 60 3600, a minute and the hour kept)")
     parser.add_argument("--loads", type=positive_int, default=3, help="fresh pages per figure (default: 3)")
@@ -216,13 +215,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
-        print("error: no chromium on PATH: install Debian's chromium package", file=sys.stderr)
-        return 2
+        return print_error("no chromium on PATH: install Debian's chromium package")
     try:
         ways = {"SVG": scripts_at(args.svg, "SVG"), "ECharts": scripts_at(args.echarts, "ECharts")}
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return print_error(str(exc))
     css = {way: read(rev, "llmcharts.css") or "" for way, rev in (("SVG", args.svg), ("ECharts", args.echarts))}
     rows = run(args.points, args.loads, args.polls, ways, css, chromium)
     print(render(rows, ["", "SVG (hand-written)", "ECharts", "ECharts / SVG"]))

@@ -20,6 +20,7 @@ from importlib import metadata
 from pathlib import Path
 
 from llmload import __version__
+from llmload.core.cliargs import print_error
 
 
 @dataclass(frozen=True)
@@ -182,8 +183,7 @@ def main(argv: list[str] | None = None) -> int:
             raise unknown(args[0])
         return call(command, args[1:])
     except CommandError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return print_error(str(exc))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

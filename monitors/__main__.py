@@ -17,7 +17,7 @@ import threading
 
 import psutil
 
-from llmload.core.cliargs import positive_float, positive_int
+from llmload.core.cliargs import OneLineParser, positive_float, positive_int
 from monitors.energy import open_energy_probes
 from monitors.gpu import open_gpu_probe
 from monitors.sampler import _READY, Sampler, notify_stderr, record
@@ -25,7 +25,7 @@ from monitors.server_metrics import MetricsProbe
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m monitors", description=__doc__.split("\n\n")[0].replace("``", ""))
+    parser = OneLineParser(prog="python -m monitors", description=__doc__.split("\n\n")[0].replace("``", ""))
     parser.add_argument("--out", required=True, help="CSV file to write (overwritten)")
     parser.add_argument("--server-pid", type=positive_int, help="server whose process tree is measured")
     parser.add_argument("--client-pid", type=positive_int,

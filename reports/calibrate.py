@@ -24,6 +24,7 @@ import numpy as np
 
 from llmload.core.calibration import (DEFAULT_PATH, ENV, Calibration, CalibrationError, Spread, default_path,
                                       describe_machine, machine_id)
+from llmload.core.cliargs import OneLineParser
 from llmload.core.points import Point
 from llmload.core.stats import Z975
 from reports.estimates import cell_intervals, requests_of
@@ -159,7 +160,7 @@ def calibrate(run_dirs: list[Path], out: Path | None) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m reports.calibrate",
+    p = OneLineParser(prog="python -m reports.calibrate",
                                 description="Measure the run-to-run variation of each kind of cell (server, task, "
                                             "mode, load level) beyond what a run's own interval shows, from run "
                                             "folders with repeats (--repeat R, one machine), into a calibration "

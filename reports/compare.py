@@ -18,10 +18,11 @@ from the two capacities' intervals, each at 97.5 % (so both hold together at
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 from llmload.core.calibration import Calibration
+from llmload.core.cliargs import OneLineParser
+from llmload.core.metrics import ratio
 from llmload.core.stats import WITHIN_RUN
 from llmload.core.tables import render
 from reports.calibrate import add_calibration_options, applicable, find_calibration
@@ -163,7 +164,7 @@ def compare_runs(run_a: str | Path, run_b: str | Path, out_dir: str | Path | Non
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m reports.compare",
+    p = OneLineParser(prog="python -m reports.compare",
                                 description="Compare two run folders cell by cell (same server, task, mode and "
                                             "level; capacity results where both have them): B/A per figure with "
                                             "its 95 % interval and whether it is significant.")

@@ -16,11 +16,12 @@ here. Plots draw the merged rows only.
 
 from __future__ import annotations
 
-import argparse
+import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from llmload.core.calibration import Calibration
+from llmload.core.cliargs import OneLineParser
 from llmload.core.points import TRACE_PHASE, Point
 from llmload.core.metrics import FIGURES, METRICS, headline_columns
 from llmload.core.stats import RESAMPLES, SEED, WITHIN_RUN, Interval, min_samples
@@ -407,8 +408,8 @@ def merge_run(run_dir: str | Path, out_dir: str | Path | None = None, baseline: 
     return write_report(report, Path(out_dir) if out_dir else run.path / "report")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m reports.merge",
+def build_parser() -> OneLineParser:
+    p = OneLineParser(prog="python -m reports.merge",
                                 description="Merge a run folder (from python -m llmload.runner) into summary "
                                             "tables (CSV, Markdown) with 95 % intervals, server ratios and PNG "
                                             "plots.")

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import csv
 import json
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from llmload.core.cliargs import print_error
 from llmload.core.metrics import RequestResult, RunSummary, summarize
 from llmload.core.points import Point
 from llmload.core.rawlog import read_results
@@ -163,10 +163,8 @@ def report_command(action: Callable[[], Path]) -> int:
     try:
         path = action()
     except ReportError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return print_error(str(exc))
     except OSError as exc:  # an output folder that cannot be written
-        print(f"error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
+        return print_error(f"{exc.filename or ''}: {exc.strerror or exc}")
     print(path)
     return 0

@@ -1,6 +1,6 @@
 """The report's optional sections, each built from a run where its data exists.
 
-* dispatch-lag warnings (open loop): a cell whose lag p99 passed :data:`LAG_WARN_S`;
+* dispatch-lag warnings (open loop): a cell whose lag p99 passed :data:`~llmload.core.defaults.LAG_WARN_S`;
 * capacity at SLO (``capacity.jsonl``): per server and task with its interval, and ratios between servers;
 * the order the cells ran in (``run.json``, the cells' ``order`` and ``block``);
 * repeats (``--repeat``): the spread of the throughputs over repeats;
@@ -21,6 +21,7 @@ import numpy as np
 
 from llmload.core.calibration import Calibration
 from llmload.core.clienterror import FLAG_SHARE, FLAGGED
+from llmload.core.defaults import LAG_WARN_S
 from llmload.core.metrics import SLO, ratio
 from llmload.core.points import Point
 from llmload.core.sequential import UNDECIDED, interval_at
@@ -31,8 +32,6 @@ from reports.format import number
 from reports.rows import Ratio, Row, ratio_record, ratios_of
 from reports.run import RunData
 
-#: Dispatch lag p99 above which a cell's load generator fell behind its schedule.
-LAG_WARN_S = 0.005
 #: Monitor columns from the server's own metrics.
 SERVER_SERIES = ("server_running", "server_waiting", "server_kv_cache_pct", "server_prefix_cache_hit_pct")
 THROUGHPUTS = ("request_throughput", "output_token_throughput", "goodput")
@@ -47,7 +46,7 @@ def describe(record: dict) -> str:
 
 
 def lag_warnings(groups: list[Row]) -> list[str]:
-    """One line per cell whose dispatch lag p99 passed :data:`LAG_WARN_S`.
+    """One line per cell whose dispatch lag p99 passed :data:`~llmload.core.defaults.LAG_WARN_S`.
 
     A cell with fewer values than a p99 needs (the table prints ``n=N<368``) is still
     warned of, its sample's p99 named as the figure of that many requests.

@@ -28,12 +28,11 @@ of a closed loop is not counted as throughput).
 
 from __future__ import annotations
 
-import argparse
-import sys
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from llmload.core.cliargs import OneLineParser, print_error
 from llmload.core.metrics import RequestResult, RunSummary, summarize
 from llmload.core.rawlog import read_results
 from llmload.core.runfiles import Cell
@@ -289,8 +288,8 @@ def lines(rows: list[SteadyRow], text=_plain) -> list[str]:
 # --------------------------------------------------------------------------- the command
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m reports.steady",
+def build_parser() -> OneLineParser:
+    p = OneLineParser(prog="python -m reports.steady",
                                 description="Find the steady window of raw per-request logs (ramp-up and drain "
                                             "left out) and print the figures over it beside the whole run's.")
     p.add_argument("raw_logs", nargs="+", metavar="RAW_LOG", help="a raw per-request log (*_requests.jsonl)")
@@ -304,8 +303,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             results = read_results(path)
         except (OSError, ValueError) as exc:
-            print(f"error: {path}: {getattr(exc, 'strerror', None) or exc}", file=sys.stderr)
-            return 2
+            return print_error(f"{path}: {getattr(exc, 'strerror', None) or exc}")
         name = str(path).removesuffix("_requests.jsonl")
         data = CellData(cell=Cell(server=name, task="", mode="", concurrency=0, prefix=name), results=results,
                         summary=summarize(results) if results else None, status="ok")

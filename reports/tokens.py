@@ -15,6 +15,7 @@ from pathlib import Path
 
 from llmload.core.metrics import RequestResult
 from llmload.core.model_store import DEFAULT_MODEL_NAME, default_model_dir, is_materialised
+from llmload.core.wire import USAGE_ZERO
 from reports.run import ReportError, RunData
 
 #: A server is flagged when more than this share of its requests disagree with the tokenizer (AIPerf's threshold)
@@ -23,7 +24,6 @@ from reports.run import ReportError, RunData
 #: flag needs the server to count fewer tokens than its text holds, or a difference beyond DRIFT_PCT.
 MISMATCH_WARN_PCT = 10.0
 DRIFT_PCT = 10.0
-USAGE_ZERO = "usage_zero"
 
 
 @dataclass

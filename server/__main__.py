@@ -7,17 +7,16 @@ start the same server from the same settings.
 
 from __future__ import annotations
 
-import argparse
 import errno
 import logging
 import socket
-import sys
 
+from llmload.core.cliargs import OneLineParser, print_error
 from server.settings import ServerSettings
 
 
-def build_parser(defaults: ServerSettings) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def build_parser(defaults: ServerSettings) -> OneLineParser:
+    parser = OneLineParser(
         prog="python -m server",
         description="Basic OpenAI-compatible LLM server: /v1/completions, /v1/chat/completions (sync and SSE "
                     "streaming), /v1/models, /health. Each flag defaults to the LLMLOAD_<FLAG> environment variable "
@@ -46,8 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = ServerSettings.from_args(build_parser(ServerSettings.from_env()).parse_args(argv))
     problem = bind_problem(settings.host, settings.port)
     if problem:
-        print(f"error: {problem}", file=sys.stderr)
-        return 2
+        return print_error(problem)
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     import uvicorn
 
@@ -60,9 +58,8 @@ def main(argv: list[str] | None = None) -> int:
         engine = create_engine(settings)
         engine.start()
     except Exception as exc:
-        print(f"error: cannot start the {settings.engine} engine on model {settings.model or 'default'!r}: "
-              f"{type(exc).__name__}: {exc}", file=sys.stderr)
-        return 2
+        return print_error(f"cannot start the {settings.engine} engine on model {settings.model or 'default'!r}: "
+                           f"{type(exc).__name__}: {exc}")
     app = create_app(settings, engine=engine, engine_started=True)
     http = header_timeout_protocol(settings.header_timeout_s) if settings.header_timeout_s else "auto"
     uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level, http=http,

@@ -1,5 +1,5 @@
-"""Server settings: one dataclass whose field metadata builds both the ``python -m server`` flags and the
-``LLMLOAD_*`` environment variables, so each default and help text exists once.
+"""Server settings: one dataclass whose fields (:func:`llmload.core.cliargs.option`) build both the
+``python -m server`` flags and the ``LLMLOAD_*`` environment variables, so each default and help text exists once.
 
 ``uvicorn server.app:app`` reads the environment (:meth:`ServerSettings.from_env`);
 ``python -m server`` parses flags (:meth:`ServerSettings.add_arguments`) whose
@@ -9,11 +9,11 @@ defaults are those environment values, so both routes agree.
 from __future__ import annotations
 
 import argparse
-import os
-from dataclasses import Field, dataclass, field, fields
+from dataclasses import Field, dataclass
 from typing import Any, Callable, Sequence
 
-from llmload.core.cliargs import non_negative_float, non_negative_int, positive_int
+from llmload.core import cliargs
+from llmload.core.cliargs import CLIError, non_negative_float, non_negative_int, positive_int
 from llmload.core.model_store import resolve_model, served_model_name
 
 ENV_PREFIX = "LLMLOAD_"
@@ -23,23 +23,15 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 REASONING_FIELDS = ("reasoning", "reasoning_content")
 
 
-def on_off(text: str) -> bool:
-    """An on/off environment value: 1/true/yes/on or 0/false/no/off."""
-    value = text.strip().lower()
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"{text!r} is not an on/off value (1/0, true/false, yes/no, on/off)")
-
-
 def setting(default: Any, help: str, *, type: Callable[[str], Any] | None = None,
             choices: Sequence[str] | None = None, flag: str | None = None) -> Any:
     """A settings field: its default, its ``--help`` text (``%(default)s`` allowed), how a value is parsed.
 
     ``flag`` names the switch that turns a True boolean off (``--no-prepack-weights``).
     """
-    return field(default=default, metadata={"help": help, "type": type, "choices": choices, "flag": flag})
+    if flag:
+        return cliargs.option(default, help, flag=flag, action="store_false")
+    return cliargs.option(default, help, type=type, choices=choices)
 
 
 @dataclass
@@ -107,40 +99,28 @@ class ServerSettings:
                                    type=non_negative_int)
     log_level: str = setting("info", "log level (default: %(default)s)", choices=LOG_LEVELS)
 
-    # ------------------------------------------------------------------ the environment
+    # ------------------------------------------------------------------ the environment and the command line
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> "ServerSettings":
         """Settings from ``LLMLOAD_MODEL``, ``LLMLOAD_ENGINE``, ``LLMLOAD_PORT``, ... (unset or empty = default).
 
-        A value that does not parse ends the program with one ``error:`` line.
+        A value that does not parse ends the program with one ``error:`` line (exit code 2).
         """
-        environ = os.environ if environ is None else environ
-        values = {}
-        for f in fields(cls):
-            raw = environ.get(env_name(f))
-            values[f.name] = f.default if raw in (None, "") else _parse(f, raw)
-        return cls(**values)
-
-    # ------------------------------------------------------------------ the command line
+        try:
+            return cls(**cliargs.read_env(cls, ENV_PREFIX, environ))
+        except CLIError as exc:
+            cliargs.fail(str(exc))
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser, defaults: "ServerSettings") -> None:
         """One flag per field (``--max-num-seqs`` for ``max_num_seqs``), defaulting to ``defaults``' value."""
-        for f in fields(cls):
-            meta = f.metadata
-            default = getattr(defaults, f.name)
-            if meta["flag"]:  # a switch that turns a True default off
-                parser.add_argument(meta["flag"], dest=f.name, action="store_false", default=default,
-                                    help=meta["help"])
-                continue
-            parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=default, help=meta["help"],
-                                type=meta["type"], choices=meta["choices"])
+        cliargs.add_options(parser, cls, defaults=defaults)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> "ServerSettings":
         """Settings from parsed :meth:`add_arguments` flags."""
-        return cls(**{f.name: getattr(args, f.name) for f in fields(cls)})
+        return cliargs.from_namespace(cls, args)
 
     # ------------------------------------------------------------------ derived values
 
@@ -159,17 +139,4 @@ class ServerSettings:
 
 def env_name(f: Field) -> str:
     """The environment variable of a settings field (``LLMLOAD_MAX_NUM_SEQS``)."""
-    return ENV_PREFIX + f.name.upper()
-
-
-def _parse(f: Field, raw: str) -> Any:
-    meta = f.metadata
-    try:
-        if meta["flag"]:
-            return on_off(raw)
-        if meta["choices"] and raw not in meta["choices"]:
-            raise argparse.ArgumentTypeError(f"{raw!r} is not one of {', '.join(meta['choices'])}")
-        return meta["type"](raw) if meta["type"] else raw
-    except (argparse.ArgumentTypeError, ValueError) as exc:
-        raise SystemExit(f"error: {env_name(f)}={raw!r}: {exc}") from None
-
+    return cliargs.env_name(f, ENV_PREFIX)

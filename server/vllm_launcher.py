@@ -18,7 +18,6 @@ runs vLLM in the foreground until Ctrl-C.
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import shutil
 import signal
@@ -28,13 +27,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from llmload.core.cliargs import non_negative_int, positive_float, positive_int
+from llmload.core.cliargs import (OneLineParser, add_options, from_namespace, non_negative_int, option,
+                                  positive_float, positive_int, print_error)
+from llmload.core.defaults import KV_CACHE_GIB, MAX_MODEL_LEN, VLLM_START_TIMEOUT_S
 from llmload.core.model_store import ModelNotAvailable, resolve_model, served_model_name
 from llmload.core.services import ServiceError, ServiceProcess, local_url, port_in_use
 from server.engines.hf_model import check_local_model
-
-DEFAULT_START_TIMEOUT_S = 600.0
-
 
 class VLLMMissing(RuntimeError):
     """vLLM is not installed in this environment."""
@@ -58,20 +56,24 @@ def has_nvidia_gpu() -> bool:
 
 @dataclass
 class VLLMSettings:
-    """How to start vLLM; every field maps to one documented vLLM flag or variable."""
+    """How to start vLLM; every field maps to one documented vLLM flag or variable, and each with a help text is
+    also the launcher's option of that name (:func:`llmload.core.cliargs.add_options`)."""
 
-    model: str
-    served_model_name: str | None = None
-    host: str = "127.0.0.1"
-    port: int = 8000
-    max_model_len: int | None = 2048
-    dtype: str = "auto"
-    kv_cache_gib: float = 4.0  # CPU only: VLLM_CPU_KVCACHE_SPACE
-    gpu_memory_utilization: float = 0.9  # GPU only
-    tensor_parallel_size: int = 1
-    max_num_seqs: int | None = None
+    model: str | None = option(None, "Hugging Face id or local folder (default: the embedded SmolLM2-135M-Instruct, "
+                                     "materialised)")
+    served_model_name: str | None = option(None, "model id clients send (default: the same name the basic server "
+                                                 "uses)")
+    host: str = option("127.0.0.1", "bind address")
+    port: int = option(8000, "port", type=non_negative_int)
+    max_model_len: int | None = option(MAX_MODEL_LEN, "context length", type=positive_int)
+    dtype: str = option("auto", "weights dtype passed to vLLM")
+    kv_cache_gib: float = option(KV_CACHE_GIB, "CPU only: KV cache size in GiB, sets VLLM_CPU_KVCACHE_SPACE",
+                                 type=positive_float)
+    gpu_memory_utilization: float = option(0.9, "GPU only: fraction of GPU memory vLLM may use", type=positive_float)
+    tensor_parallel_size: int = option(1, "GPU only: GPUs to shard the model over", type=positive_int)
+    max_num_seqs: int | None = option(None, "vLLM's batch limit (default: vLLM's)", type=positive_int)
     prefix_caching: bool | None = None  # None: vLLM's default (on)
-    api_key: str | None = None
+    api_key: str | None = option(None, "require this bearer token")
     extra_args: list[str] = field(default_factory=list)
     gpu: bool | None = None  # None: detect
 
@@ -109,7 +111,7 @@ class VLLMSettings:
         return self.gpu
 
 
-def start_vllm(settings: VLLMSettings, log_path: Path, timeout: float = DEFAULT_START_TIMEOUT_S,
+def start_vllm(settings: VLLMSettings, log_path: Path, timeout: float = VLLM_START_TIMEOUT_S,
                progress: bool = True) -> ServiceProcess:
     """Start vLLM and wait until it is healthy; raise :class:`ServiceError` / :class:`VLLMMissing`."""
     if not vllm_installed():
@@ -128,28 +130,13 @@ def start_vllm(settings: VLLMSettings, log_path: Path, timeout: float = DEFAULT_
     return proc
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+def build_parser() -> OneLineParser:
+    p = OneLineParser(
         prog="python -m server.vllm_launcher",
         description="Start vLLM's OpenAI-compatible server on a model folder, wait until /health answers, "
                     "and keep it running until Ctrl-C (then stop its whole process tree).")
-    p.add_argument("--model", default=None,
-                   help="Hugging Face id or local folder (default: the embedded SmolLM2-135M-Instruct, materialised)")
-    p.add_argument("--served-model-name", default=None,
-                   help="model id clients send (default: the same name the basic server uses)")
-    p.add_argument("--host", default="127.0.0.1", help="bind address (default: %(default)s)")
-    p.add_argument("--port", type=non_negative_int, default=8000, help="port (default: %(default)s)")
-    p.add_argument("--max-model-len", type=positive_int, default=2048, help="context length (default: %(default)s)")
-    p.add_argument("--dtype", default="auto", help="weights dtype passed to vLLM (default: %(default)s)")
-    p.add_argument("--kv-cache-gib", type=positive_float, default=4.0,
-                   help="CPU only: KV cache size in GiB, sets VLLM_CPU_KVCACHE_SPACE (default: %(default)s)")
-    p.add_argument("--gpu-memory-utilization", type=positive_float, default=0.9,
-                   help="GPU only: fraction of GPU memory vLLM may use (default: %(default)s)")
-    p.add_argument("--tensor-parallel-size", type=positive_int, default=1,
-                   help="GPU only: GPUs to shard the model over (default: %(default)s)")
-    p.add_argument("--max-num-seqs", type=positive_int, default=None, help="vLLM's batch limit (default: vLLM's)")
-    p.add_argument("--api-key", default=None, help="require this bearer token")
-    p.add_argument("--timeout", type=positive_float, default=DEFAULT_START_TIMEOUT_S,
+    add_options(p, VLLMSettings)
+    p.add_argument("--timeout", type=positive_float, default=VLLM_START_TIMEOUT_S,
                    help="seconds to wait for /health (default: %(default)s; about 80 s on 2 CPU cores)")
     p.add_argument("--log", type=Path, default=Path("vllm-server.log"), help="vLLM's log file (default: %(default)s)")
     return p
@@ -161,20 +148,16 @@ def main(argv: list[str] | None = None) -> int:
         model = resolve_model(args.model)
         check_local_model(model)
     except (ModelNotAvailable, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    settings = VLLMSettings(model=model, served_model_name=args.served_model_name or served_model_name(args.model),
-                            host=args.host, port=args.port, max_model_len=args.max_model_len, dtype=args.dtype,
-                            kv_cache_gib=args.kv_cache_gib, gpu_memory_utilization=args.gpu_memory_utilization,
-                            tensor_parallel_size=args.tensor_parallel_size, max_num_seqs=args.max_num_seqs,
-                            api_key=args.api_key, extra_args=extra)
+        return print_error(str(exc))
+    settings = from_namespace(VLLMSettings, args, model=model,
+                              served_model_name=args.served_model_name or served_model_name(args.model),
+                              extra_args=extra)
     print(f"starting vLLM: {' '.join(settings.command())}", file=sys.stderr, flush=True)
     started = time.monotonic()
     try:
         proc = start_vllm(settings, args.log, timeout=args.timeout)
     except (ServiceError, VLLMMissing) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return print_error(str(exc), status=1)
     print(f"vLLM ready at http://{args.host}:{args.port} after {time.monotonic() - started:.0f}s "
           f"(log: {args.log}); Ctrl-C to stop", file=sys.stderr, flush=True)
     stop = False
@@ -191,8 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         proc.stop()
     if not stop:
-        print(f"error: vLLM exited unexpectedly (log: {args.log})", file=sys.stderr)
-        return 1
+        return print_error(f"vLLM exited unexpectedly (log: {args.log})", status=1)
     return 0
 
 

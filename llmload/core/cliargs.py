@@ -1,21 +1,64 @@
-"""Argument types for every command line of the suite: each rejects bad input with one clear argparse line.
+"""Every command line of the suite: its one error style, its argument types, and options declared on dataclasses.
 
-``type=positive_int`` and friends raise :class:`argparse.ArgumentTypeError`,
-which argparse turns into ``error: argument --x: <message>`` and exit code 2.
+* One error style: bad input ends a program with one line, ``error: <message>``,
+  on stderr and exit code 2: :func:`print_error` writes it (``return print_error(...)``
+  in a ``main``), :func:`fail` writes it and exits, :class:`OneLineParser` says
+  its own errors so, :class:`CLIError` carries such a line up to where it is said.
+* Types: ``type=positive_int`` and friends raise :class:`argparse.ArgumentTypeError`,
+  which argparse turns into ``error: argument --x: <message>``.
+* Options on dataclasses: a field declared with :func:`option` is also a
+  command-line option and an environment variable; :func:`add_options` adds
+  the fields to a parser (argparse, or Locust's configargparse one, which then
+  reads ``PREFIX_NAME`` itself), :func:`read_env` reads the environment the
+  same way, :func:`from_namespace` reads parsed flags back. The server, the load
+  generator and the servers under test (the runner's and the benchmarks' server
+  flags) declare their options so, each default once.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import os
 import re
-from typing import Callable, Sequence
+import sys
+from typing import Any, Callable, Mapping, NoReturn, Sequence
+
+
+class CLIError(Exception):
+    """Bad input, said as one ``error: <message>`` line with exit code 2 where it is caught (:func:`fail`)."""
+
+
+def print_error(message: str, status: int = 2) -> int:
+    """Say ``error: <message>`` on stderr, one line, and return ``status`` (2: bad input) for ``return`` in a
+    ``main``; the one place a command line's error line is written."""
+    sys.stdout.flush()
+    sys.stderr.write(f"error: {message}\n")
+    sys.stderr.flush()
+    return status
+
+
+def fail(message: str, status: int = 2) -> NoReturn:
+    """End the program with ``error: <message>`` on stderr (one line) and ``status`` (2: bad input)."""
+    raise SystemExit(print_error(message, status))
+
+
+def program(default: str) -> str:
+    """The name a usage line shows: ``llmload NAME`` when run by the ``llmload`` command, else ``default``
+    (``python -m llmload.runner``)."""
+    invoked = sys.argv[0] if sys.argv else ""
+    return invoked if invoked.startswith("llmload ") else default
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are one ``error: ...`` line (no usage block), exit code 2."""
+    """An ArgumentParser whose errors are one ``error: ...`` line (no usage block), exit code 2, and whose usage
+    line names the program as it was started (:func:`program`)."""
 
-    def error(self, message: str):
-        self.exit(2, f"error: {message}\n")
+    def __init__(self, *args, prog: str | None = None, **kwargs):
+        super().__init__(*args, prog=program(prog) if prog else None, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        fail(message)
 
 
 def number(kind: type, minimum: float, inclusive: bool = True, what: str | None = None) -> Callable[[str], float]:
@@ -119,3 +162,114 @@ def slo(text: str):
         return SLO.parse(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"{exc} (e.g. ttft=500,e2e=4000)") from None
+
+
+def on_off(text: str) -> bool:
+    """An on/off value (a switch in the environment): 1/true/yes/on or 0/false/no/off."""
+    value = text.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r} is not an on/off value (1/0, true/false, yes/no, on/off)")
+
+
+# --------------------------------------------------------------------------- options declared on dataclasses
+
+def option(default: Any, help: str, *, flag: str | None = None, **argparse_kwargs: Any) -> Any:
+    """A dataclass field that is also a command-line option (and, where the program reads one, an environment
+    variable): its one default, its ``--help`` text, and ``add_argument``'s other keywords (``type``, ``choices``,
+    ``metavar``, ``action``; Locust's ``include_in_web_ui`` and ``is_secret``).
+
+    ``flag`` defaults to ``--field-name``; a switch that turns a True default off is
+    ``flag="--no-x", action="store_false"``. The help gains `` (default: ...)`` unless it names its default or
+    the default is empty or a switch's (None, "", 0, a bool, a tuple).
+    """
+    return dataclasses.field(default=default, metadata={"flag": flag, "help": help, **argparse_kwargs})
+
+
+def option_fields(cls) -> list[dataclasses.Field]:
+    """The fields of dataclass ``cls`` declared with :func:`option`, in order."""
+    return [f for f in dataclasses.fields(cls) if "help" in f.metadata]
+
+
+def flag_of(f: dataclasses.Field) -> str:
+    """The option string of an :func:`option` field (``--max-num-seqs`` for ``max_num_seqs``)."""
+    return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+
+
+def env_name(f: dataclasses.Field, prefix: str) -> str:
+    """The environment variable of an :func:`option` field: ``prefix`` + its name in capitals."""
+    return prefix + f.name.upper()
+
+
+def _argparse_kwargs(f: dataclasses.Field) -> dict[str, Any]:
+    return {k: v for k, v in f.metadata.items() if k not in ("flag", "help")}
+
+
+def _help(f: dataclasses.Field, default: Any) -> str:
+    text = f.metadata["help"]
+    if "default" in text or default in (None, "", False) or isinstance(default, (bool, tuple)):
+        return text
+    return text + " (default: %(default)s)"
+
+
+def add_options(parser, cls, *, defaults: Any = None, env_prefix: str | None = None,
+                exclude: Sequence[str] = ()) -> None:
+    """Add one option per :func:`option` field of ``cls`` to ``parser`` (or an argument group), in order.
+
+    ``defaults`` (an instance of ``cls`` or a mapping of some fields) replaces the fields' defaults; with
+    ``env_prefix`` the parser itself reads each option's environment variable (configargparse's ``env_var``,
+    as Locust's parser has). ``exclude`` names fields left out.
+    """
+    for f in option_fields(cls):
+        if f.name in exclude:
+            continue
+        default = f.default
+        if isinstance(defaults, Mapping):
+            default = defaults.get(f.name, default)
+        elif defaults is not None:
+            default = getattr(defaults, f.name)
+        extra = _argparse_kwargs(f)
+        if env_prefix is not None:
+            extra["env_var"] = env_name(f, env_prefix)
+        parser.add_argument(flag_of(f), dest=f.name, default=default, help=_help(f, default), **extra)
+
+
+def parse_value(f: dataclasses.Field, text: str) -> Any:
+    """``text`` read as the option of ``f`` reads it (a switch: an on/off value); ArgumentTypeError if it cannot."""
+    meta = f.metadata
+    if meta.get("action") in ("store_true", "store_false"):
+        return on_off(text)
+    choices = meta.get("choices")
+    if choices and text not in choices:
+        raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(choices)}")
+    convert = meta.get("type")
+    try:
+        return convert(text) if convert else text
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def read_env(cls, prefix: str, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The :func:`option` fields of ``cls`` set in the environment (``prefix`` + NAME; unset or empty: left out),
+    each parsed as its flag would be. Raises :class:`CLIError` naming the variable for a value that does not."""
+    environ = os.environ if environ is None else environ
+    values = {}
+    for f in option_fields(cls):
+        name = env_name(f, prefix)
+        raw = environ.get(name)
+        if raw in (None, ""):
+            continue
+        try:
+            values[f.name] = parse_value(f, raw)
+        except argparse.ArgumentTypeError as exc:
+            raise CLIError(f"{name}={raw!r}: {exc}") from None
+    return values
+
+
+def from_namespace(cls, namespace: argparse.Namespace, **values: Any):
+    """An instance of ``cls`` from parsed :func:`add_options` flags (a field not parsed keeps its default), with
+    ``values`` on top."""
+    parsed = {f.name: getattr(namespace, f.name) for f in option_fields(cls) if hasattr(namespace, f.name)}
+    return cls(**{**parsed, **values})

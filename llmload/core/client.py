@@ -26,6 +26,7 @@ from typing import Callable, Sequence
 import gevent
 
 from llmload.core.cancel import CancelPoint
+from llmload.core.defaults import REQUEST_TIMEOUT_S
 from llmload.core.metrics import RequestResult
 from llmload.core.records import PromptRecord
 from llmload.core.transport import HTTPTransport, LineResponse, TransportError
@@ -89,7 +90,7 @@ class LLMClient:
     """Sends generation requests for one task through ``transport``; see the module docstring."""
 
     def __init__(self, transport: HTTPTransport, params: GenerationParams, task: str,
-                 timeout: float = 600.0, worker: str = "",
+                 timeout: float = REQUEST_TIMEOUT_S, worker: str = "",
                  chunk_counter: Callable[[Sequence[str]], list[int]] | None = None):
         self.transport = transport
         self.params = params

@@ -12,12 +12,12 @@ Command line: ``python -m llmload.core.model_store [--output DIR] [--force]``.
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import shutil
 import sys
 from pathlib import Path
 
+from llmload.core.cliargs import OneLineParser, print_error
 from llmload.core.paths import MODELS_DIR
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
@@ -116,7 +116,7 @@ def resolve_model(model: str | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m llmload.core.model_store",
         description=f"Materialise the embedded default model ({DEFAULT_MODEL_NAME}) as a Hugging Face directory.",
     )
@@ -126,8 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         path = materialise_default_model(args.output, force=args.force)
     except ModelNotAvailable as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return print_error(str(exc), status=1)
     print(path)
     return 0
 

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import argparse
 import socket
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 
+from llmload.core import cliargs
 from llmload.core.cancel import SYNTAX as CANCEL_SYNTAX
 from llmload.core.cancel import CancelPolicy, cancel_after_text, cancel_rate, parse_cancel_after
 from llmload.core.cliargs import (duration, non_negative_float, non_negative_int, port, positive_float,
                                   positive_int)
+from llmload.core.defaults import REQUEST_TIMEOUT_S
 from llmload.core.cost import price
 from llmload.core.cliargs import slo as slo_type
 from llmload.core.metrics import APIS, MODES, SLO
@@ -104,8 +106,9 @@ def _from_form(f, text: str, convert):
 
 
 def _option(flag: str, help: str, **kwargs):
-    """A field of :class:`LoadSettings` that is also a command-line option."""
-    return field(default=kwargs.pop("default"), metadata={"flag": flag, "help": help, **kwargs})
+    """A field of :class:`LoadSettings` that is also a command-line option (:func:`llmload.core.cliargs.option`;
+    the keywords are ``add_argument``'s, Locust's ``include_in_web_ui`` and ``is_secret`` included)."""
+    return cliargs.option(kwargs.pop("default"), help, flag=flag, **kwargs)
 
 
 @dataclass(frozen=True)
@@ -180,7 +183,7 @@ class LoadSettings:
     api_key: str = _option("--api-key", "send 'Authorization: Bearer KEY'", default="", metavar="KEY",
                            is_secret=True)
     timeout: float = _option("--timeout", "seconds one request may take in all before it fails as timed out",
-                             default=600.0, metavar="SECONDS", type=positive_float)
+                             default=REQUEST_TIMEOUT_S, metavar="SECONDS", type=positive_float)
     model_timeout: float = _option("--model-timeout", "seconds the /v1/models look-up may take (once per process)",
                                    default=10.0, metavar="SECONDS", type=positive_float)
     raw_log: str = _option("--raw-log", "where to append the per-request raw log (JSONL) when no --csv is given "
@@ -344,7 +347,7 @@ class LoadSettings:
 def strict_parsing(parser) -> None:
     """Make Locust's parser say a bad option in one ``error: ...`` line, exit code 2, as the suite's commands do,
     options that contradict each other included (:meth:`LoadSettings.check`), before anything starts."""
-    parser.error = lambda message: parser.exit(2, f"error: {message}\n")
+    parser.error = cliargs.fail
     parse_args = parser.parse_args
 
     def parse_and_check(*args, **kwargs):
@@ -363,14 +366,6 @@ def strict_parsing(parser) -> None:
 
 
 def add_arguments(parser) -> None:
-    """Add the suite's options to Locust's parser (from the ``init_command_line_parser`` event)."""
-    for f in fields(LoadSettings):
-        meta = dict(f.metadata)
-        if "flag" not in meta:
-            continue
-        flag, text = meta.pop("flag"), meta.pop("help")
-        if f.default not in (None, "", False) and not isinstance(f.default, tuple):
-            text += " (default: %(default)s)"
-        # configargparse appends "[env var: ...]" to the help
-        parser.add_argument(flag, dest=f.name, default=f.default, help=text,
-                           env_var=ENV_PREFIX + flag.lstrip("-").replace("-", "_").upper(), **meta)
+    """Add the suite's options to Locust's parser (from the ``init_command_line_parser`` event); each also reads
+    ``LOCUST_LLM_<NAME>`` (configargparse appends "[env var: ...]" to the help) and the same key in locust.conf."""
+    cliargs.add_options(parser, LoadSettings, env_prefix=ENV_PREFIX)

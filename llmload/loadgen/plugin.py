@@ -28,7 +28,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import sys
 import tempfile
 import time
 import uuid
@@ -40,6 +39,7 @@ import gevent
 import locust
 from locust.runners import STATE_RUNNING, STATE_SPAWNING, MasterRunner, WorkerRunner
 
+from llmload.core import cliargs
 from llmload.core.cancel import CancelPoint, CancelPolicy
 from llmload.core.records import DatasetError, PromptRecord
 from llmload.core.rawlog import RawLogWriter
@@ -324,8 +324,7 @@ class LoadPlugin:
         if self.failed:
             return
         self.failed = reason
-        sys.stderr.write(f"error: {reason}\n")
-        self.environment.process_exit_code = 2
+        self.environment.process_exit_code = cliargs.print_error(reason)
         gevent.spawn(self._stop_failed, reason)
 
     def _stop_failed(self, reason: str) -> None:
@@ -524,8 +523,7 @@ def _on_init(environment, **_kw) -> None:
         plugin_for(environment).on_init()
     except (SettingsError, DatasetError) as exc:
         # one line, no traceback, argparse's exit code for bad input (SystemExit passes through Locust's event hook)
-        sys.stderr.write(f"error: {exc}\n")
-        raise SystemExit(2) from None
+        cliargs.fail(str(exc))
 
 
 @locust.events.test_start.add_listener

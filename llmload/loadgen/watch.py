@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import time
 
+from llmload.core.defaults import LAG_WARN_S
 from llmload.loadgen.live import LiveBoard
 
-#: The dispatch lag (p99 over the last seconds) past which the load generator says it fell behind.
-LAG_WARN_MS = 5.0
 #: A run in which nothing answered for this long from its first request stops with one line.
 NO_SERVER_S = 10.0
 
@@ -20,7 +19,7 @@ class Watch:
         self.no_server_said = False
 
     def behind(self, board: LiveBoard, users: int | None, final: bool = False) -> str | None:
-        """The warning line, the first time the dispatch lag p99 passes :data:`LAG_WARN_MS` (over the last seconds,
+        """The warning line, the first time the dispatch lag p99 passes :data:`~llmload.core.defaults.LAG_WARN_S` (over the last seconds,
         or at the end over the run)."""
         if self.lag_warned:
             return None
@@ -29,7 +28,7 @@ class Watch:
             lag = None if lag is None else lag * 1000.0
         else:
             lag, where = board.window().get("dispatch_lag_p99_ms"), "over the last seconds"
-        if lag is None or lag <= LAG_WARN_MS:
+        if lag is None or lag <= LAG_WARN_S * 1000.0:
             return None
         self.lag_warned = True
         return (f"llmload: warning: the load generator fell behind its schedule: dispatch lag p99 {lag:.1f} ms "

@@ -10,11 +10,11 @@ master asks for it (:data:`~llmload.loadgen.cluster.MSG_STOP`).
 from __future__ import annotations
 
 import logging
-import sys
 from pathlib import Path
 
 from gevent.event import AsyncResult
 
+from llmload.core import cliargs
 from llmload.core.rawlog import RawLogWriter
 from llmload.loadgen.budget import Block
 from llmload.loadgen.cluster import MSG_ASK, MSG_FAILED, MSG_GRANT, MSG_MERGED, MSG_MORE, MSG_REFUSED, MSG_STOP, \
@@ -154,8 +154,8 @@ class WorkerRole:
             pass  # another worker's shard is still there, or it is already gone
 
     def on_refused(self, environment, msg, **_kw) -> None:
-        sys.stderr.write(f"error: the master refused this worker: {msg.data.get('reason')}\n")
-        self.plugin.environment.process_exit_code = 2
+        self.plugin.environment.process_exit_code = cliargs.print_error(f"the master refused this worker: "
+                                                                f"{msg.data.get('reason')}")
         self.plugin.failed = "refused"
 
     def stop_failed(self, reason: str) -> None:

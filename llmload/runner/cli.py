@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
+from llmload.core.cliargs import print_error
 from llmload.runner.interrupts import StopSignal
 from llmload.runner.matrix import Runner, RunnerError
 from llmload.runner.options import build_parser, resolve
@@ -22,7 +22,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return Runner(args, stop).run()
     except RunnerError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return print_error(str(exc))
     finally:
         stop.uninstall()

@@ -21,6 +21,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from llmload.core.cliargs import from_namespace
 from llmload.core.model_store import ModelNotAvailable, is_default_model, resolve_model, served_model_name
 from llmload.core.paths import RESULTS_DIR, dataset_path
 from llmload.core.points import Point
@@ -110,11 +111,8 @@ class Runner:
                 check_local_model(self.model_path)
         except (ModelNotAvailable, FileNotFoundError) as exc:
             raise RunnerError(f"model: {exc}") from None
-        self.settings = TargetSettings(
-            model=self.model_path, served_model_name=served_model_name(args.model),
-            max_model_len=args.max_model_len, dtype=args.dtype, threads=args.threads,
-            max_num_seqs=args.max_num_seqs, kv_cache_gib=args.kv_cache_gib, mock_ttft_ms=args.mock_ttft_ms,
-            mock_itl_ms=args.mock_itl_ms, start_timeout=args.start_timeout, vllm_start_timeout=args.vllm_timeout)
+        self.settings = from_namespace(TargetSettings, args, model=self.model_path,
+                                       served_model_name=served_model_name(args.model))
         paths = {task: dataset_path(task, args.data_dir) for task in self.plan.tasks}
         if not self.plan.needs_datasets:
             self.datasets = {}  # only the trace's level: it brings its own prompts

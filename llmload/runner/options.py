@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 from pathlib import Path
 
-from llmload.core.cliargs import (OneLineParser, choice_list, duration, float_list, int_list, non_negative_float,
+from llmload.core.cliargs import (OneLineParser, add_options, choice_list, duration, float_list, int_list,
                                   non_negative_int, number, positive_float, positive_int)
 from llmload.core.cliargs import slo as slo_type
 from llmload.core.cancel import SYNTAX as CANCEL_SYNTAX
@@ -23,8 +22,7 @@ from llmload.tasks.traces import BLOCK_TOKENS, FORMATS as TRACE_FORMATS, check_l
 from llmload.core.sequential import CONFIDENCE, Budget, requests_to_hold
 from llmload.loadgen.options import ARRIVALS
 from llmload.runner.schedule import ORDERS
-from llmload.targets import DEFAULT_BASELINE, KINDS, targets_type
-from server.settings import DTYPES
+from llmload.targets import DEFAULT_BASELINE, KINDS, TargetSettings, targets_type
 
 #: The full comparison (``make compare``); ``--quick`` replaces some of it with :data:`QUICK`.
 #: Sized so that the headline ratios (token throughput at the top level, per task) come with 95 % intervals of
@@ -180,20 +178,7 @@ def build_parser() -> OneLineParser:
                        help="prompt tokens per hash id of the trace (default: %(default)s, Mooncake's block)")
 
     servers = p.add_argument_group("the servers")
-    servers.add_argument("--model", default=None,
-                         help="model id or folder (default: the embedded SmolLM2-135M-Instruct)")
-    servers.add_argument("--max-model-len", type=positive_int, default=2048, metavar="N",
-                         help="context limit on every server (default: %(default)s)")
-    servers.add_argument("--dtype", choices=DTYPES, default="float32",
-                         help="weights dtype on every started server (default: %(default)s, the checkpoint's own; "
-                              "vLLM on CPU would pick bfloat16, which degrades this small model's outputs)")
-    servers.add_argument("--threads", type=non_negative_int, default=max(1, (os.cpu_count() or 2) - 1), metavar="N",
-                         help="torch threads of the basic server (default: %(default)s = cores - 1, as vLLM on CPU "
-                              "keeps one core for its API server; 0 = torch's default)")
-    servers.add_argument("--max-num-seqs", type=positive_int, default=None, metavar="N",
-                         help="batch cap of the batched engine and vLLM (default: each server's own)")
-    servers.add_argument("--kv-cache-gib", type=positive_float, default=2.0, metavar="GIB",
-                         help="vLLM on CPU: KV cache GiB (default: %(default)s)")
+    add_options(servers, TargetSettings)
     servers.add_argument("--vllm-prefix-caching", action="store_true",
                          help="start vllm with automatic prefix caching, as the vllm-prefix-cache kind (off by default: "
                               "every cell sends its task's prompts from the first one, and the basic server has no "
@@ -202,14 +187,6 @@ def build_parser() -> OneLineParser:
                          help="each server's price in USD per hour, by name (e.g. vllm=2.5,basic-batched=0.4): the "
                               "report gives $ per 1M output tokens and per 1,000 requests at each cell's throughput "
                               "and at the capacity found (default: none)")
-    servers.add_argument("--mock-ttft-ms", type=non_negative_float, default=50.0, metavar="MS",
-                         help="mock server: time to first token (default: %(default)s)")
-    servers.add_argument("--mock-itl-ms", type=non_negative_float, default=10.0, metavar="MS",
-                         help="mock server: time between tokens (default: %(default)s)")
-    servers.add_argument("--start-timeout", type=positive_float, default=300.0, metavar="S",
-                         help="seconds to wait for a basic server to start (default: %(default)s)")
-    servers.add_argument("--vllm-timeout", type=positive_float, default=900.0, metavar="S",
-                         help="seconds to wait for vLLM to start (default: %(default)s)")
 
     run = p.add_argument_group("the run")
     run.add_argument("--order", choices=ORDERS, default=ORDERS[0],

@@ -14,24 +14,36 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from llmload.core.cliargs import non_negative_float, non_negative_int, option, positive_float, positive_int
+from llmload.core.defaults import (KV_CACHE_GIB, MAX_MODEL_LEN, SERVER_START_TIMEOUT_S, SERVER_THREADS,
+                                   VLLM_START_TIMEOUT_S)
 from llmload.core.services import ServiceError, ServiceProcess, free_port, http_ok, local_url
+from server.settings import DTYPES
 
 
 @dataclass(frozen=True)
 class TargetSettings:
-    """What every server started for one comparison shares (the runner's and the benchmarks' options)."""
+    """What every server started for one comparison shares; each field with a help text is also the runner's and
+    the benchmarks' server option of that name (:func:`llmload.core.cliargs.add_options`), the one default."""
 
-    model: str | None = None  # a model folder or hub id (None: no model, e.g. the mock)
+    model: str | None = option(None, "model id or folder (default: the embedded SmolLM2-135M-Instruct)")
     served_model_name: str = "mock"  # the id every server serves the model under
-    max_model_len: int = 2048
-    dtype: str = "float32"
-    threads: int = 0  # torch threads of the basic server (0: torch's default)
-    max_num_seqs: int | None = None  # batch cap (basic batched engine and vLLM)
-    kv_cache_gib: float = 2.0  # vLLM on CPU
-    mock_ttft_ms: float = 50.0
-    mock_itl_ms: float = 10.0
-    start_timeout: float = 300.0
-    vllm_start_timeout: float = 900.0
+    max_model_len: int = option(MAX_MODEL_LEN, "context limit on every server", type=positive_int, metavar="N")
+    dtype: str = option("float32", "weights dtype on every started server (default: %(default)s, the checkpoint's "
+                        "own; vLLM on CPU would pick bfloat16, which degrades this small model's outputs)",
+                        choices=DTYPES)
+    threads: int = option(SERVER_THREADS, "torch threads of the basic server (default: %(default)s = cores - 1, as "
+                          "vLLM on CPU keeps one core for its API server; 0 = torch's default)",
+                          type=non_negative_int, metavar="N")
+    max_num_seqs: int | None = option(None, "batch cap of the batched engine and vLLM alike (unset: each server's "
+                                      "own)", type=positive_int, metavar="N")
+    kv_cache_gib: float = option(KV_CACHE_GIB, "vLLM on CPU: KV cache GiB", type=positive_float, metavar="GIB")
+    mock_ttft_ms: float = option(50.0, "mock server: time to first token", type=non_negative_float, metavar="MS")
+    mock_itl_ms: float = option(10.0, "mock server: time between tokens", type=non_negative_float, metavar="MS")
+    start_timeout: float = option(SERVER_START_TIMEOUT_S, "seconds to wait for a basic server to start",
+                                  type=positive_float, metavar="S")
+    vllm_timeout: float = option(VLLM_START_TIMEOUT_S, "seconds to wait for vLLM to start", type=positive_float,
+                                 metavar="S")
     extra_args: tuple[str, ...] = ()
 
 

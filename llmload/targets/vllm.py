@@ -31,7 +31,7 @@ class VLLMServer(TargetKind):
         return self._settings(settings, 0).env()
 
     def start_timeout(self, settings: TargetSettings) -> float:
-        return settings.vllm_start_timeout
+        return settings.vllm_timeout
 
     def memory_gib(self, settings: TargetSettings) -> float:
         """Its preallocated KV cache plus about 5 GiB of engine, API server and weights on CPU (docs/runner.md)."""

@@ -7,9 +7,8 @@ the sets by hand.
 """
 
 from llmload.core.records import DatasetError
-from llmload.tasks.build import (DEFAULT_MAX_MODEL_LEN, DEFAULT_NUM, DEFAULT_SEED, BuiltSet, SetSummary,
-                                   build_datasets, default_budgets, ensure_datasets, render, summarize_set,
-                                   summary_table)
+from llmload.tasks.build import (DEFAULT_NUM, DEFAULT_SEED, BuiltSet, SetSummary, build_datasets, default_budgets,
+                                 ensure_datasets, render, summarize_set, summary_table)
 from llmload.tasks.registry import (BundledSource, GenerateRequest, HubSource, LocalFile, Task, TaskOption,
                                       TaskTemplate, all_tasks, default_task_names, get_task, hub_task_names,
                                       register, task_names, unregister)
@@ -17,7 +16,7 @@ from llmload.tasks.sources import RawItem, RawSource
 from llmload.tasks import catalog  # noqa: E402,F401 - registers the suite's tasks
 
 __all__ = [
-    "DEFAULT_MAX_MODEL_LEN", "DEFAULT_NUM", "DEFAULT_SEED", "BuiltSet", "BundledSource", "DatasetError",
+    "DEFAULT_NUM", "DEFAULT_SEED", "BuiltSet", "BundledSource", "DatasetError",
     "GenerateRequest", "HubSource", "LocalFile", "RawItem", "RawSource", "SetSummary", "Task", "TaskOption",
     "TaskTemplate", "all_tasks", "build_datasets", "default_budgets", "default_task_names", "ensure_datasets",
     "get_task", "hub_task_names", "register", "render", "summarize_set", "summary_table", "task_names",

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from llmload.core.defaults import MAX_MODEL_LEN
 from llmload.core.metrics import percentile
 from llmload.core.model_store import resolve_model
 from llmload.core.paths import dataset_path
@@ -33,7 +34,6 @@ from llmload.tasks.tokens import TokenCounter, tokenizer_name
 
 DEFAULT_NUM = 100
 DEFAULT_SEED = 0
-DEFAULT_MAX_MODEL_LEN = 2048
 BATCH_SIZE = 64
 SOURCES = ("auto", "bundled", "hf")
 Log = Callable[[str], None]
@@ -367,7 +367,7 @@ def _rebuild_reason(path: Path, task: str, want: dict, exact: bool) -> str | Non
 
 
 def build_datasets(tasks: str | Iterable[str] | None = None, *, source: str = "auto", num: int = DEFAULT_NUM,
-                   seed: int = DEFAULT_SEED, model: str | None = None, max_model_len: int = DEFAULT_MAX_MODEL_LEN,
+                   seed: int = DEFAULT_SEED, model: str | None = None, max_model_len: int = MAX_MODEL_LEN,
                    max_tokens: dict[str, int] | None = None, data_files: dict[str, str] | None = None,
                    options: dict[str, Any] | None = None, out_dir: str | Path | None = None, force: bool = False,
                    exact: bool = True, progress: bool = True, cache_dir: str | None = None,

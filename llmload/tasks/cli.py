@@ -8,18 +8,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from llmload.core.cliargs import choice, comma_list, positive_int
+from llmload.core.cliargs import OneLineParser, choice, comma_list, positive_int, print_error
+from llmload.core.defaults import MAX_MODEL_LEN
 from llmload.core.model_store import ModelNotAvailable
 from llmload.core.paths import DATA_DIR
 from llmload.core.records import DatasetError
 from llmload.tasks import catalog  # noqa: F401 - registers the suite's tasks
-from llmload.tasks.build import DEFAULT_MAX_MODEL_LEN, DEFAULT_NUM, DEFAULT_SEED, SOURCES, build_datasets, summary_table
+from llmload.tasks.build import DEFAULT_NUM, DEFAULT_SEED, SOURCES, build_datasets, summary_table
 from llmload.tasks.registry import all_tasks, hub_task_names, task_names
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line instead of usage + message
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
 def task_pair(kind, tasks) -> callable:
@@ -34,12 +30,12 @@ def task_pair(kind, tasks) -> callable:
     return parse
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> OneLineParser:
     tasks = all_tasks()
     budgets = ", ".join(f"{t.name}={t.max_tokens}" for t in tasks)
     hf = "; ".join(f"{t.name}: {t.hub.label}" for t in tasks if t.hub)
     bundled = "; ".join(f"{t.name}: {t.source_description()}" for t in tasks)
-    parser = _Parser(
+    parser = OneLineParser(
         prog="python datasets/prepare.py",
         description="Build the prompt sets of the load tests: a seeded sample of prompts per task, each in "
                     "completion and chat form, with an output budget, checked against the model's context "
@@ -61,9 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", default=None,
                         help="model folder or hub id whose tokenizer counts the tokens (default: the embedded "
                              "default model, materialised on first use)")
-    parser.add_argument("--max-model-len", type=positive_int, default=DEFAULT_MAX_MODEL_LEN,
+    parser.add_argument("--max-model-len", type=positive_int, default=MAX_MODEL_LEN,
                         help="context length that prompt plus output budget must fit (default: "
-                             f"{DEFAULT_MAX_MODEL_LEN})")
+                             f"{MAX_MODEL_LEN})")
     parser.add_argument("--max-tokens", type=task_pair(int, task_names), nargs="+", action="extend", default=[],
                         metavar="TASK=N", help=f"output budget per task (defaults: {budgets})")
     parser.add_argument("--data-files", type=task_pair(str, hub_task_names), nargs="+", action="extend",
@@ -94,12 +90,9 @@ def main(argv: list[str] | None = None) -> int:
                                data_files=dict(args.data_files), options=options, out_dir=args.out,
                                force=args.force, exact=True, progress=not args.no_progress)
     except (DatasetError, ModelNotAvailable) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return print_error(str(exc))
     except OSError as exc:
-        print(f"error: cannot write the prompt sets ({exc.strerror or exc}: {exc.filename or ''}): "
-              f"check --out", file=sys.stderr)
-        return 2
+        return print_error(f"cannot write the prompt sets ({exc.strerror or exc}: {exc.filename or ''}): check --out")
     except KeyboardInterrupt:
         print("interrupted: no file was half-written", file=sys.stderr)
         return 130

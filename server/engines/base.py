@@ -16,6 +16,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Literal
 
+from llmload.core.defaults import MAX_MODEL_LEN
+
 FinishReason = Literal["stop", "length"]
 
 
@@ -115,7 +117,7 @@ class Engine(ABC):
         self.model = model
         self.served_model_name = served_model_name
         self._max_model_len_setting = max_model_len
-        self.max_model_len: int = max_model_len or 2048
+        self.max_model_len: int = max_model_len or MAX_MODEL_LEN
 
     @abstractmethod
     def start(self) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from llmload.core.defaults import MAX_MODEL_LEN
 from server.engines.base import PreparedPrompt
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,7 @@ class HFModel:
         self.tokenizer = None
         self.model = None
         self.eos_token_ids: frozenset[int] = frozenset()
-        self.max_model_len = max_model_len or 2048
+        self.max_model_len = max_model_len or MAX_MODEL_LEN
 
     def load(self) -> None:
         check_local_model(self.model_name)
@@ -60,7 +61,7 @@ class HFModel:
         dtype = self.dtype if self.dtype == "auto" else getattr(torch, self.dtype)
         self.model = AutoModelForCausalLM.from_pretrained(self.model_name, dtype=dtype)
         self.model.eval()
-        config_len = getattr(self.model.config, "max_position_embeddings", None) or 2048
+        config_len = getattr(self.model.config, "max_position_embeddings", None) or MAX_MODEL_LEN
         self.max_model_len = min(self.max_model_len_setting or config_len, config_len)
         eos = set()
         for source in (self.model.generation_config.eos_token_id, self.tokenizer.eos_token_id):

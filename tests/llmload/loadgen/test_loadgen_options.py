@@ -1,6 +1,7 @@
 """Typed settings from parsed options: value checks, defaults, contradictions, and where the files go."""
 
 import argparse
+from dataclasses import fields
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -93,3 +94,15 @@ def test_cancel_policy_follows_the_options():
     s.check()  # a time after the send works in sync mode too
     policy = s.cancel_policy()
     assert (policy.rate, policy.seed, policy.after.kind, policy.after.low, policy.after.high) == (0.5, 4, "send", 1, 2)
+def test_each_option_reads_the_variable_named_after_its_flag():
+    """LOCUST_LLM_ + the flag in capitals (the field's name): what the README and locust.conf users rely on."""
+    from locust.argument_parser import LocustArgumentParser
+
+    from llmload.loadgen.options import ENV_PREFIX, add_arguments
+
+    parser = LocustArgumentParser()
+    add_arguments(parser)
+    flags = {f.metadata["flag"] for f in fields(LoadSettings) if "flag" in f.metadata}
+    ours = {a.option_strings[0]: a.env_var for a in parser._actions if a.option_strings[0] in flags}
+    assert ours.keys() == flags
+    assert {flag: ENV_PREFIX + flag[2:].replace("-", "_").upper() for flag in flags} == ours

@@ -157,11 +157,11 @@ def run_cli(capsys, *args: str) -> tuple[int, list[str]]:
     (("--tasks", "synthetic", "--output-len", "64", "--max-tokens", "synthetic=32"),
      "error: --output-len 64 and --max-tokens synthetic=32 disagree: give one of them"),
     (("--range-ratio", "1"),
-     "python datasets/prepare.py: error: argument --range-ratio: '1' is not a number >= 0 and < 1 (see --help)"),
+     "error: argument --range-ratio: '1' is not a number >= 0 and < 1"),
     (("--max-turns", "1"),
-     "python datasets/prepare.py: error: argument --max-turns: '1' is not an integer >= 2 (see --help)"),
+     "error: argument --max-turns: '1' is not an integer >= 2"),
     (("--input-len", "0"),
-     "python datasets/prepare.py: error: argument --input-len: '0' is not an integer >= 1 (see --help)"),
+     "error: argument --input-len: '0' is not an integer >= 1"),
 ])
 def test_bad_input_is_one_line_naming_the_option_and_the_limit(capsys, tmp_path, default_model, args, line):
     code, lines = run_cli(capsys, "--out", str(tmp_path / "sets"), *args)
