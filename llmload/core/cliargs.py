@@ -214,17 +214,14 @@ def _help(f: dataclasses.Field, default: Any) -> str:
     return text + " (default: %(default)s)"
 
 
-def add_options(parser, cls, *, defaults: Any = None, env_prefix: str | None = None,
-                exclude: Sequence[str] = ()) -> None:
+def add_options(parser, cls, *, defaults: Any = None, env_prefix: str | None = None) -> None:
     """Add one option per :func:`option` field of ``cls`` to ``parser`` (or an argument group), in order.
 
     ``defaults`` (an instance of ``cls`` or a mapping of some fields) replaces the fields' defaults; with
     ``env_prefix`` the parser itself reads each option's environment variable (configargparse's ``env_var``,
-    as Locust's parser has). ``exclude`` names fields left out.
+    as Locust's parser has).
     """
     for f in option_fields(cls):
-        if f.name in exclude:
-            continue
         default = f.default
         if isinstance(defaults, Mapping):
             default = defaults.get(f.name, default)
