@@ -19,8 +19,8 @@ class Watch:
         self.no_server_said = False
 
     def behind(self, board: LiveBoard, users: int | None, final: bool = False) -> str | None:
-        """The warning line, the first time the dispatch lag p99 passes :data:`~llmload.core.defaults.LAG_WARN_S` (over the last seconds,
-        or at the end over the run)."""
+        """The warning line, the first time the dispatch lag p99 passes :data:`~llmload.core.defaults.LAG_WARN_S`
+        (over the last seconds, or at the end over the run)."""
         if self.lag_warned:
             return None
         if final:
