@@ -11,7 +11,7 @@ import dataclasses
 from pathlib import Path
 
 from llmload.core.cliargs import (OneLineParser, add_options, choice_list, duration, float_list, int_list,
-                                  non_negative_int, number, positive_float, positive_int)
+                                  non_negative_float, non_negative_int, number, positive_float, positive_int)
 from llmload.core.cliargs import slo as slo_type
 from llmload.core.cancel import SYNTAX as CANCEL_SYNTAX
 from llmload.core.cancel import cancel_after_text, cancel_rate, parse_cancel_after
