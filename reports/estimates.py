@@ -20,8 +20,8 @@ import numpy as np
 
 from llmload.core.calibration import Spread
 from llmload.core.metrics import METRICS, RequestResult, request_metrics, summarize
-from llmload.core.stats import (Interval, Statistic, combined_spread, intervals, ratio_interval, repeat_interval,
-                                repeat_ratio_interval, widened)
+from llmload.core.stats import (Interval, Statistic, block_ratio_interval, combined_spread, intervals, ratio_interval,
+                                repeat_interval, repeat_ratio_interval, widened)
 
 #: Run-level figures that get an interval (counts and the wall time do not: they are what was done).
 ESTIMATED_FIGURES = ("request_throughput", "output_token_throughput", "slo_attainment", "goodput")
@@ -139,6 +139,7 @@ class Estimates:
     intervals: dict[str, Interval] = field(default_factory=dict)
     requests: Requests | None = None
     repeats: list["Estimates"] = field(default_factory=list)
+    block: int | None = None  # a cell's block of the interleaved order (None: a sequential run, or pooled repeats)
 
     def value(self, column: str):
         return self.values.get(column)
@@ -165,6 +166,16 @@ def repeat_values(repeats: list[Estimates], column: str) -> list[float] | None:
     return [iv.value for iv in values]
 
 
+def block_values(repeats: list[Estimates], column: str) -> dict[int, float] | None:
+    """The figure of each repeat by the block of the interleaved order it ran in, None unless 2+ repeats all have
+    one and a block of their own (a sequential run's cells have none)."""
+    values = repeat_values(repeats, column)
+    blocks = [e.block for e in repeats]
+    if not values or any(b is None for b in blocks) or len(set(blocks)) < len(blocks):
+        return None
+    return dict(zip(blocks, values))
+
+
 def repeat_intervals(repeats: list[Estimates], columns) -> dict[str, Interval]:
     """Each column the repeats all have, as the mean over repeats with Student's t interval (across repeats)."""
     out = {}
@@ -176,12 +187,13 @@ def repeat_intervals(repeats: list[Estimates], columns) -> dict[str, Interval]:
 
 
 def ratio_intervals(top: Estimates, bottom: Estimates, columns, key: tuple,
-                    spreads: tuple[dict[str, Spread] | None, dict[str, Spread] | None] = (None, None)
-                    ) -> dict[str, tuple[Interval, str]]:
+                    spreads: tuple[dict[str, Spread] | None, dict[str, Spread] | None] = (None, None),
+                    by_block: bool = False) -> dict[str, tuple[Interval, str]]:
     """``top / bottom`` of each column with its interval and how it was made.
 
-    With 2+ repeats on both sides: Welch's t over the repeats' figures (``repeats``).
-    Otherwise the block bootstrap over the prompt occurrences both answered (``paired``;
+    With 2+ repeats on both sides: with ``by_block`` (both ran in one interleaved run) and 2+ blocks both ran a
+    repeat in, Student's t over each block's ratio (``paired repeats``); else Welch's t over the repeats' figures
+    (``repeats``). Otherwise the block bootstrap over the prompt occurrences both answered (``paired``;
     ``unpaired`` where they share none), widened by both sides' calibrated run-to-run
     spreads where both have one for the figure (``spreads``: per side, figure ->
     :class:`~llmload.core.calibration.Spread`), else within-run only.
@@ -191,7 +203,10 @@ def ratio_intervals(top: Estimates, bottom: Estimates, columns, key: tuple,
     draws: dict = {}  # one draw of the shared prompt occurrences per block length for every column
     for column in columns:
         per_top, per_bottom = repeat_values(top.repeats, column), repeat_values(bottom.repeats, column)
-        if per_top and per_bottom:
+        in_blocks = (block_values(top.repeats, column), block_values(bottom.repeats, column)) if by_block else (None,)
+        if all(in_blocks) and len(set(in_blocks[0]) & set(in_blocks[1])) >= 2:
+            out[column] = (block_ratio_interval(*in_blocks), "paired repeats")
+        elif per_top and per_bottom:
             out[column] = (repeat_ratio_interval(per_top, per_bottom), "repeats")
         elif column in tops and column in bottoms:
             iv, paired = ratio_interval(tops[column], bottoms[column], key=("ratio",) + tuple(key), draws=draws)

@@ -89,7 +89,7 @@ def ratio_rows(groups: list[Row], baseline: str | None, calibration: Calibration
         top = tops.get(row.point.shared)
         if row.point.server == baseline or not row.ok or top is None:
             continue
-        found = ratios_of(top, row, columns or RATIO_COLUMNS, (baseline,) + row.point.key, calibration)
+        found = ratios_of(top, row, columns or RATIO_COLUMNS, (baseline,) + row.point.key, calibration, by_block=True)
         for column, (value, iv, method) in found.items():
             record = {"ratio": ratio_name(baseline, row.point.server), "baseline": baseline, **row.point.record(),
                       "metric": column, "value": value, **ratio_record(iv, method)}
@@ -274,8 +274,10 @@ def markdown(report: Report) -> str:
         parts += ["## Sweep and capacity cells", "", summary_table(other, report.peaks), ""]
     if report.ratios:
         parts += [f"## Ratios: {report.baseline} over each server", "",
-                  f"`{report.baseline} / X` of each figure, point by point, with its 95 % interval: Welch's t over "
-                  "the repeats' figures where both have 2 or more repeats, else a paired block bootstrap over the "
+                  f"`{report.baseline} / X` of each figure, point by point, with its 95 % interval: where both have 2 "
+                  "or more repeats, Student's t over each block's ratio (repeats paired by the block of the "
+                  "interleaved order they ran in; Welch's t over the repeats' figures in a sequential run), else a "
+                  "paired block bootstrap over the "
                   "prompt occurrences both answered, widened by both cells' calibrated run-to-run variation where "
                   "there is a calibration; `*`: significant (the interval excludes 1 and covers run-to-run "
                   "variation). Above 1, "

@@ -94,13 +94,13 @@ def ratio_record(iv: Interval, method: str) -> dict[str, Any]:
             "significant": iv.significant, "pairs": iv.n, "method": method}
 
 
-def ratios_of(top: Row, bottom: Row, columns, key: tuple, calibration: Calibration | None
+def ratios_of(top: Row, bottom: Row, columns, key: tuple, calibration: Calibration | None, by_block: bool = False
               ) -> dict[str, tuple[float | None, Interval, str]]:
     """``top / bottom`` of each of ``columns`` both rows measured: (value, interval, method) by
     :func:`~reports.estimates.ratio_intervals`, the value the ratio of the two figures where the interval has
-    none."""
+    none; ``by_block``: the rows are of one run, whose repeats pair by the block they ran in."""
     found = ratio_intervals(top.estimates, bottom.estimates, columns, key,
-                            (spreads_for(calibration, top.point), spreads_for(calibration, bottom.point)))
+                            (spreads_for(calibration, top.point), spreads_for(calibration, bottom.point)), by_block)
     out = {}
     for column in columns:
         if column not in found or top.get(column) is None or bottom.get(column) is None:
@@ -142,7 +142,7 @@ def cell_row(data: CellData, calibration: Calibration | None = None) -> Row:
     cell = data.cell
     other = {"error": data.error, "locust_requests": data.locust_requests, "token_source": token_source([data]),
              "chunk_token_source": token_source([data], "chunk_tokens_source")}
-    estimates = Estimates()
+    estimates = Estimates(block=cell.block)
     if data.summary is not None:
         requests = requests_of([data])
         estimates.values.update(data.summary.flat())

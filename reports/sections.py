@@ -380,7 +380,7 @@ def prefix_rows(groups: list[Row], caching: dict[str, bool], calibration: Calibr
                 continue
             key = ("prefix", off.point.server, on_server) + off.point.key[1:]
             for column, (value, iv, method) in ratios_of(off, cached, ("ttft_p50", "ttft_p99"), key,
-                                                          calibration).items():
+                                                          calibration, by_block=True).items():
                 a, b = off.interval(column), cached.interval(column)
                 record = {"off_server": off.point.server, "on_server": on_server, **off.point.record(),
                           "metric": column, "off": off.get(column), "off_ci_low": a.low if a else None,

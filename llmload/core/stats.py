@@ -16,7 +16,8 @@ reasons for them are in ``docs/statistics.md``.
   or each set on its own when they share none.
 * :func:`widened`: an interval widened by a calibrated run-to-run spread.
 * :func:`repeat_interval`, :func:`repeat_ratio_interval`: Student's / Welch's t over
-  repeated runs (both levels of variation).
+  repeated runs (both levels of variation); :func:`block_ratio_interval`: a ratio's repeats
+  paired by the block of the interleaved order they ran in (Student's t over each block's ratio).
 * :func:`min_samples`: the minimum-sample rule.
 
 Every :class:`Interval` says in ``covers`` which levels of variation it covers. A
@@ -29,7 +30,7 @@ from __future__ import annotations
 import math
 import zlib
 from dataclasses import dataclass
-from typing import Hashable, Sequence
+from typing import Hashable, Mapping, Sequence
 
 import numpy as np
 
@@ -728,3 +729,30 @@ def repeat_ratio_interval(top: Sequence[float], bottom: Sequence[float]) -> Inte
     centre = float(la.mean() - lb.mean())
     return Interval(ratio(float(a.mean()), float(b.mean())), math.exp(centre - half), math.exp(centre + half),
                     int(min(a.size, b.size)), across_repeats(a.size, b.size))
+
+
+def paired_repeats(count: int) -> str:
+    """The ``covers`` label of a ratio over repeats paired by block: ``across 3 paired repeats``."""
+    return f"across {count} paired repeats"
+
+
+def block_ratio_interval(top: Mapping[Hashable, float], bottom: Mapping[Hashable, float]) -> Interval:
+    """``top / bottom`` over the blocks both sides ran a repeat in, with Student's t interval of each block's log
+    ratio (the paired t of a randomised complete block design: Box, Hunter & Hunter 2005).
+
+    ``top`` and ``bottom`` map a block to that side's figure in it. Whatever the machine did during a block (a
+    slow spell, other work) moves both sides' figures, and their ratio cancels it; the interval covers the
+    variation that is left from block to block (within-run and run-to-run). The value is the ratio of the
+    means over those blocks. Needs two blocks both sides ran, with positive figures.
+    """
+    blocks = [k for k in top if k in bottom and top[k] is not None and bottom[k] is not None]
+    a = np.asarray([top[k] for k in blocks], dtype=float)
+    b = np.asarray([bottom[k] for k in blocks], dtype=float)
+    value = ratio(float(a.mean()), float(b.mean())) if blocks else None
+    if len(blocks) < 2 or (a <= 0).any() or (b <= 0).any():
+        return Interval(value, n=len(blocks))
+    logs = np.log(a) - np.log(b)
+    half = t_quantile(logs.size - 1) * float(logs.std(ddof=1)) / math.sqrt(logs.size)
+    centre = float(logs.mean())
+    return Interval(value, math.exp(centre - half), math.exp(centre + half), int(logs.size),
+                    paired_repeats(logs.size))

@@ -25,12 +25,21 @@ from llmload.runner.schedule import ORDERS
 from llmload.targets import DEFAULT_BASELINE, KINDS, TargetSettings, targets_type
 
 #: The full comparison (``make compare``); ``--quick`` replaces some of it with :data:`QUICK`.
-#: Sized so that the headline ratios (token throughput at the top level, per task) come with 95 % intervals of
-#: about +-15 % in about half an hour on two cores; the full matrix: --tasks chat,summarization,qa,code
-#: --modes sync,stream --concurrency 1,2,4,8.
-FULL = dict(servers="basic-naive,basic-batched,vllm", tasks=None, modes=["stream"],  # tasks: the registry's default
-            concurrency=[1, 8], requests=48, max_tokens=32)
-QUICK = dict(tasks=["chat", "qa"], concurrency=[1, 4], requests=4, max_tokens=16)
+#: Sized for its headline ratios, vLLM's output tok/s over each basic engine's at 8 users, per task: their 95 %
+#: intervals must cover run-to-run variation, which on the 2-core machine is 12-26 % (sd) for one 48-request
+#: cell, so one run cannot give +-15 %. Each level runs in 3 to 5 interleaved repeats (each repeat in its own
+#: block of the order, the ratio paired by block), stopping once its own output tok/s and TTFT p50 are known to
+#: +-15 % (--target-ci). The time goes to the repeats: 8 users only (1 user: --concurrency 1,8, about twice the
+#: time) and the registry's default tasks, qa and code (chat's long prompts stall decoding: --tasks chat,qa,code).
+#: About 40 minutes on two cores (docs/runner.md). The full matrix: --tasks chat,summarization,qa,code --modes
+#: sync,stream --concurrency 1,2,4,8.
+FULL = dict(servers="basic-naive,basic-batched,vllm", tasks=None, modes=["stream"], concurrency=[8],
+            requests=48, max_tokens=32, repeat=3, target_ci=15.0, max_repeats=5)
+QUICK = dict(tasks=["chat", "qa"], concurrency=[1, 4], requests=4, max_tokens=16, repeat=1, target_ci=None,
+             max_repeats=None)
+#: Given either (or --quick, or open-loop levels only), the profile's repeats do not apply (--max-repeats alone caps
+#: them).
+REPEAT_SIZING = ("repeat", "target_ci")
 DEFAULT_ARRIVAL = "poisson"
 DEFAULT_SLO_TARGET = 99.0
 DEFAULT_MAX_LAG_S = 0.5
@@ -68,7 +77,8 @@ def build_parser() -> OneLineParser:
                     f"{FULL['servers']}, the tasks {','.join(list(default_task_names()))}, mode {','.join(FULL['modes'])}, "
                     "concurrency "
                     f"{','.join(map(str, FULL['concurrency']))}, {FULL['requests']} requests of {FULL['max_tokens']} "
-                    "tokens per cell. See docs/runner.md.",
+                    f"tokens per cell, {FULL['repeat']} to {FULL['max_repeats']} interleaved repeats of each level "
+                    f"until its headline intervals are within +-{FULL['target_ci']:g} %. See docs/runner.md.",
         epilog="Progress: one line per cell, '[done/total] server task mode level: figures (cell seconds); about N "
                "min left'. The time left is the mean time of the cells done so far times the cells left, plus the "
                "mean server start-up so far times the start-ups still expected. SIGINT or SIGTERM (to the runner or "
@@ -103,9 +113,12 @@ def build_parser() -> OneLineParser:
                              "0 = each prompt's own task budget)")
     matrix.add_argument("--api", choices=APIS, default="chat", help="API style: completion, chat or responses "
                         "(/v1/responses, the Responses API) (default: %(default)s)")
-    matrix.add_argument("--repeat", type=positive_int, default=1, metavar="R",
+    matrix.add_argument("--repeat", type=positive_int, default=None, metavar="R",
                         help="run every cell R times, each repeat in its own block of the order (the report "
-                             "combines the repeats; with --target-ci: the fewest repeats; default: %(default)s)")
+                             "combines the repeats; with --target-ci: the fewest repeats). Default: "
+                             f"--repeat {FULL['repeat']} --target-ci {FULL['target_ci']:g} --max-repeats "
+                             f"{FULL['max_repeats']} (--max-repeats alone changes the cap); --repeat 1 when "
+                             "--target-ci is given alone, with --quick, or with open-loop levels only")
     matrix.add_argument("--target-ci", type=percentage(include_100=False), default=None, metavar="PCT",
                         help="repeat each level until the 95 %% intervals of its headline figures (output tok/s; "
                              "TTFT p50 when streaming), over its repeats, are within +-PCT %% of their values, "
@@ -230,6 +243,8 @@ def resolve(args: argparse.Namespace, parser: argparse.ArgumentParser | None = N
     profile = {**FULL, **(QUICK if args.quick else {})}
     if args.concurrency is None and open_loop(args):
         profile["concurrency"] = []  # rates, sweeps and searches replace the default closed-loop levels
+    if profile["concurrency"] == [] or any(getattr(args, key) is not None for key in REPEAT_SIZING):
+        profile.update(repeat=1, target_ci=None, max_repeats=None)  # one run per cell unless asked otherwise
     profile["tasks"] = profile["tasks"] or (["synthetic"] if args.trace else list(default_task_names()))
     for key, value in profile.items():
         if getattr(args, key) is None:

@@ -24,7 +24,7 @@ def pair_run(tmp_path_factory, prompt_dir16):
     try:
         run_runner("--servers", f"mock,vllm={url}", "--tasks", "qa", "--modes", "sync,stream", "--parallel", "1,4",
                    "--requests", "16", "--max-tokens", "8", "--mock-ttft-ms", "50", "--data-dir", str(prompt_dir16),
-                   "--out", str(folder / "run"), "--no-report")
+                   "--out", str(folder / "run"), "--no-report", "--repeat", "1")
     finally:
         server.stop()
     return folder / "run"
@@ -44,7 +44,7 @@ def mock_runs(tmp_path_factory, prompt_dir16):
     for name, ttft in (("a", 50), ("same", 50), ("slow", 100)):
         run_runner("--servers", "mock", "--tasks", "qa", "--modes", "stream", "--parallel", "1,4", "--requests",
                    "16", "--max-tokens", "8", "--mock-ttft-ms", str(ttft), "--data-dir", str(prompt_dir16),
-                   "--out", str(folder / name), "--no-report")
+                   "--out", str(folder / name), "--no-report", "--repeat", "1")
         runs[name] = folder / name
     return runs
 

@@ -90,12 +90,12 @@ class ScriptedRun:
 
     def add(self, server: str, task: str, mode: str, concurrency: int, results: list[RequestResult],
             rate: float | None = None, repeat: int = 0, phase: str = "matrix", status: str = "ok",
-            error: str = "", monitor: list[dict] | None = None) -> Cell:
+            error: str = "", monitor: list[dict] | None = None, block: int | None = None) -> Cell:
         level = f"r{rate:g}" if rate is not None else f"c{concurrency}"
         prefix = f"{server}/{task}_{mode}_{level}" + (f"_rep{repeat}" if repeat else "") + \
                  (f"_{phase}" if phase != "matrix" else "")
         cell = Cell(server=server, task=task, mode=mode, concurrency=concurrency, prefix=prefix, rate=rate,
-                    repeat=repeat, phase=phase, status=status, error=error)
+                    repeat=repeat, phase=phase, status=status, error=error, block=block)
         if results is not None:
             write_results(cell.files(self.path).raw_log, results)
         if monitor:

@@ -60,7 +60,8 @@ def test_cost_and_energy_of_a_real_mock_run(tmp_path, prompt_dir16):
                                "stream", "--concurrency", "4", "--requests", "32", "--max-tokens", "8",
                                "--mock-ttft-ms", "50", "--data-dir", str(prompt_dir16), "--out", str(run_dir),
                                "--price-per-hour", f"mock={PRICE}", "--find-capacity", "--slo", "e2e=2000",
-                               "--capacity-steps", "2", "--capacity-looks", "1", "--slo-target", "80", "--pool", "4"],
+                               "--capacity-steps", "2", "--capacity-looks", "1", "--slo-target", "80", "--pool", "4",
+                               "--repeat", "1"],
                               cwd=REPO, capture_output=True, text=True, timeout=300,
                               env={**os.environ, "LLMLOAD_POWERCAP": str(root)})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from llmload.core.metrics import column_title
-from llmload.core.stats import CALIBRATED, WITHIN_RUN, min_samples, t_quantile
+from llmload.core.stats import CALIBRATED, WITHIN_RUN, min_samples, repeat_ratio_interval, t_quantile
 from reports.format import number
 from reports.merge import merge_run
 from report_helpers import ScriptedRun, closed_loop, read_csv, write_calibration
@@ -21,16 +21,20 @@ def f(text: str) -> float | None:
     return None if text == "" else float(text)
 
 
-def servers_run(path, ratio: float = 2.0, n: int = 40, repeats: int = 1) -> ScriptedRun:
-    """``vllm`` with TTFT ``ratio`` x ``basic``'s on the same prompts (prompt i costs 1 + i/n), stream, 2 users."""
+def servers_run(path, ratio: float = 2.0, n: int = 40, repeats: int = 1, blocks: tuple | None = None
+                ) -> ScriptedRun:
+    """``vllm`` with TTFT ``ratio`` x ``basic``'s on the same prompts (prompt i costs 1 + i/n), stream, 2 users.
+
+    ``blocks``: the repeats ran in blocks of an interleaved order, each block slowing both servers by its factor
+    (None: a sequential run, no blocks)."""
     run = ScriptedRun(path, {"baseline": "vllm"})
     for repeat in range(repeats):
         rng = np.random.default_rng(repeat)
-        cost = 1.0 + np.arange(n) / n
+        cost = (1.0 + np.arange(n) / n) * (blocks[repeat] if blocks else 1.0)
         for server, scale in (("basic", 0.05), ("vllm", 0.05 * ratio)):
             ttfts = scale * cost * rng.lognormal(0.0, 0.05, n)
             run.add(server, "qa", "stream", 2, closed_loop(ttfts, 2, prompts=n, t0=1000.0 + 100 * repeat),
-                    repeat=repeat)
+                    repeat=repeat, block=repeat + 1 if blocks else None)
     return run
 
 
@@ -135,3 +139,24 @@ def test_repeats_give_every_figure_a_t_interval_across_them(tmp_path):
     assert ratios["output_token_throughput"]["method"] == "repeats"
     assert ratios["ttft_p50"]["method"] == "repeats" and ratios["ttft_p50"]["significant"] == "True"
     assert ratios["ttft_p50"]["covers"] == "across 3 + 3 repeats"
+
+
+def test_interleaved_repeats_pair_their_ratios_by_block(tmp_path):
+    """Repeats in blocks that slow both servers alike (by 0.7, 1 and 1.4): the ratio's interval is Student's t over
+    each block's ratio, `across 3 paired repeats`, far narrower than Welch's t over the same figures unpaired."""
+    run = servers_run(tmp_path / "run", repeats=3, n=12, blocks=(0.7, 1.0, 1.4))
+    merge_run(run.path, tmp_path / "r", use_tokenizer=False)
+    cells = read_csv(tmp_path / "r" / "summary.csv")
+    ratios = {r["metric"]: r for r in read_csv(tmp_path / "r" / "ratios.csv")}
+    ttft = ratios["ttft_p50"]
+    assert ttft["method"] == "paired repeats" and ttft["covers"] == "across 3 paired repeats"
+    per = {s: [f(r["ttft_p50"]) for r in sorted(cells, key=lambda r: r["repeat"]) if r["server"] == s]
+           for s in ("vllm", "basic")}
+    logs = np.log(per["vllm"]) - np.log(per["basic"])
+    half = t_quantile(2) * float(np.std(logs, ddof=1)) / math.sqrt(3)
+    assert f(ttft["ci_low"]) == pytest.approx(math.exp(logs.mean() - half))
+    assert f(ttft["ci_high"]) == pytest.approx(math.exp(logs.mean() + half))
+    assert f(ttft["value"]) == pytest.approx(sum(per["vllm"]) / sum(per["basic"]))
+    welch = repeat_ratio_interval(per["vllm"], per["basic"])
+    assert ttft["significant"] == "True" and not welch.excludes_one  # the block effect hides it from Welch
+    assert f(ttft["ci_high"]) / f(ttft["ci_low"]) < (welch.high / welch.low) ** 0.5

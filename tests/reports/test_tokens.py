@@ -19,7 +19,7 @@ def usage_run(tmp_path_factory, prompt_dir):
     try:
         run_runner("--servers", ",".join(["mock"] + [f"{name}={fake.url}" for name, fake in fakes.items()]),
                    "--tasks", "qa", "--modes", "sync,stream", "--parallel", "2", "--requests", "8", "--max-tokens", "8",
-                   "--data-dir", str(prompt_dir), "--out", str(folder / "run"), "--no-report")
+                   "--data-dir", str(prompt_dir), "--out", str(folder / "run"), "--no-report", "--repeat", "1")
     finally:
         for fake in fakes.values():
             fake.close()

@@ -10,9 +10,10 @@ import pytest
 
 from benchmarks.coverage import ar1  # lognormal latencies exp(z / 2), z AR(1): mean exp(1/8), median 1
 from llmload.core.stats import (CALIBRATED, CONFIDENCE, WINDOW_VALUES, WITHIN_RUN, Interval, Statistic,
-                                block_counts, block_length, combined_spread, expanded_alpha, has_enough, interval,
-                                intervals, min_samples, order_interval, ratio_interval, repeat_interval,
-                                repeat_ratio_interval, resample_counts, t_quantile, weighted_quantiles, widened,
+                                block_counts, block_length, block_ratio_interval, combined_spread, expanded_alpha,
+                                has_enough, interval, intervals, min_samples, order_interval, ratio_interval,
+                                repeat_interval, repeat_ratio_interval, resample_counts, t_quantile,
+                                weighted_quantiles, widened,
                                 windowed_quantile)
 
 pytestmark = pytest.mark.unit
@@ -299,6 +300,36 @@ def test_repeats_cover_the_mean_over_runs_where_pooled_requests_do_not():
               + (f", pooled requests {hits_pooled / draws:.2f}" if repeats == 3 else ""))
         assert 0.9 <= hits_t / draws <= 0.99
     assert hits_pooled / draws <= 0.8
+
+
+def test_repeats_paired_by_block_cancel_a_block_effect():
+    """Both servers' figures move together by a block's effect (sd 20 % between blocks, 4 % each side on its own);
+    true ratio 2. Student's t over each block's ratio covers 2 near 95 % with 3 or 5 blocks, and without a block
+    effect too; Welch's t over the unpaired figures covers (it is conservative: it counts the block effect twice
+    over as noise) at more than twice the width."""
+    rng = np.random.default_rng(23)
+    draws = 2000
+    for repeats, block_sd in ((3, 0.2), (5, 0.2), (3, 0.0)):
+        paired_hits = welch_hits = 0
+        widths = []
+        for _ in range(draws):
+            block = rng.normal(0.0, block_sd, repeats)
+            top = 20.0 * np.exp(block + rng.normal(0.0, 0.04, repeats))
+            bottom = 10.0 * np.exp(block + rng.normal(0.0, 0.04, repeats))
+            paired = block_ratio_interval(dict(enumerate(top)), dict(enumerate(bottom)))
+            welch = repeat_ratio_interval(top, bottom)
+            paired_hits += paired.low <= 2.0 <= paired.high
+            welch_hits += welch.low <= 2.0 <= welch.high
+            widths.append(math.log(paired.high / paired.low) / math.log(welch.high / welch.low))
+        print(f"{repeats} blocks, block sd {block_sd}: paired {paired_hits / draws:.3f}, Welch "
+              f"{welch_hits / draws:.3f}, median width paired / Welch {np.median(widths):.2f}")
+        assert 0.93 <= paired_hits / draws <= 0.97 and welch_hits / draws >= 0.93
+        if block_sd:
+            assert np.median(widths) < 0.5
+    iv = block_ratio_interval({1: 20.0, 2: 22.0, 3: 18.0, 4: 30.0, 5: 31.0}, {1: 10.0, 2: 11.0, 3: 9.1})
+    assert iv.n == 3 and iv.covers == "across 3 paired repeats" and iv.value == pytest.approx(60.0 / 30.1)
+    assert iv.significant and iv.low < 60.0 / 30.1 < iv.high
+    assert not block_ratio_interval({1: 20.0, 2: 22.0}, {2: 11.0, 3: 9.0}).has_interval  # one block in common
 
 
 def test_windowed_bootstrap_percentiles_equal_the_full_computation():

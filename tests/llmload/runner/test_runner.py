@@ -29,8 +29,8 @@ def test_mock_matrix_end_to_end(tmp_path):
     data = make_data(tmp_path / "data", ("qa", "chat"))
     run_dir = tmp_path / "run"
     proc = run_runner("--servers", "mock", "--tasks", "qa,chat", "--modes", "sync,stream", "--concurrency", "1,3",
-                      "--requests", "5", "--max-tokens", "6", "--data-dir", str(data), "--out", str(run_dir),
-                      "--mock-ttft-ms", "40", "--mock-itl-ms", "10", merged=True)
+                      "--requests", "5", "--max-tokens", "6", "--repeat", "1", "--data-dir", str(data), "--out",
+                      str(run_dir), "--mock-ttft-ms", "40", "--mock-itl-ms", "10", merged=True)
     assert proc.returncode == 0, proc.stdout
     # one whole line per cell, even where the monitor prints its no-GPU notice, with the count and the time left
     progress = [line for line in proc.stdout.splitlines() if line.startswith("[")]
@@ -87,7 +87,7 @@ def test_a_registered_fake_kind_runs_a_cell_through_the_runner(tmp_path, capsys)
         args = resolve(parser.parse_args([
             "--servers", "renamed-mock,twin=renamed-mock", "--baseline", "twin", "--tasks", "qa", "--modes",
             "stream", "--concurrency", "2", "--requests", "4", "--max-tokens", "5", "--mock-ttft-ms", "30",
-            "--mock-itl-ms", "5", "--data-dir", str(data), "--out", str(tmp_path / "run")]), parser)
+            "--mock-itl-ms", "5", "--repeat", "1", "--data-dir", str(data), "--out", str(tmp_path / "run")]), parser)
         code = Runner(args).run()
     finally:
         KINDS.pop(RenamedMock.name, None)
@@ -112,7 +112,7 @@ def test_server_that_fails_to_start_is_recorded_and_reported(tmp_path):
     dead = local_url(free_port())
     proc = run_runner("--servers", f"mock,gone={dead}", "--tasks", "qa", "--modes", "stream", "--concurrency", "1",
                       "--requests", "2", "--max-tokens", "3", "--data-dir", str(data), "--out", str(run_dir),
-                      "--mock-ttft-ms", "5", "--mock-itl-ms", "1")
+                      "--mock-ttft-ms", "5", "--mock-itl-ms", "1", "--repeat", "1")
     assert proc.returncode == 0, proc.stderr
     assert "gone failed to start" in proc.stdout
     cells = {c.server: c for c in read_cells(run_dir)}
@@ -145,7 +145,7 @@ def test_server_dying_mid_run_marks_the_rest_and_stop_on_error(tmp_path):
     try:
         proc = run_runner("--servers", f"ext={local_url(port)}", "--tasks", "qa", "--modes", "stream",
                           "--concurrency", "1,2,4", "--requests", "30", "--max-tokens", "20", "--data-dir", str(data),
-                          "--out", str(run_dir), "--on-error", "stop")
+                          "--out", str(run_dir), "--on-error", "stop", "--repeat", "1")
     finally:
         killer.join()
         server.stop()
@@ -162,7 +162,8 @@ def test_basic_server_on_the_real_model(tmp_path, default_model):
     data = make_data(tmp_path / "data")
     run_dir = tmp_path / "run"
     proc = run_runner("--servers", "basic", "--tasks", "qa", "--modes", "stream", "--parallel", "2",
-                      "--requests", "2", "--max-tokens", "8", "--data-dir", str(data), "--out", str(run_dir))
+                      "--requests", "2", "--max-tokens", "8", "--data-dir", str(data), "--out", str(run_dir),
+                      "--repeat", "1")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (row,) = read_summary(run_dir)
     assert row["status"] == "ok" and int(row["failures"]) == 0

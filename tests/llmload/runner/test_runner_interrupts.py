@@ -30,7 +30,7 @@ def test_a_signal_during_a_cell_stops_locust_then_the_server(tmp_path, name, gro
     raw_log = run_dir / "mock" / "qa_stream_c2_requests.jsonl"
     runner = start_runner("--servers", "mock", "--tasks", "qa", "--modes", "stream", "--concurrency", "2,4",
                           "--requests", "20", "--max-tokens", "6", "--data-dir", str(data), "--out", str(run_dir),
-                          *SLOW_MOCK)
+                          "--repeat", "1", *SLOW_MOCK)
     started: list = []
     try:
         # mid-cell: the cell is recorded as running and some requests have finished
@@ -86,7 +86,8 @@ def test_a_signal_while_a_server_starts_stops_it_at_once(tmp_path, name):
     data = make_data(tmp_path / "data")
     run_dir = tmp_path / "run"
     runner = start_runner("--servers", "never-ready", "--tasks", "qa", "--modes", "stream", "--concurrency", "1",
-                          "--data-dir", str(data), "--out", str(run_dir), "--start-timeout", "120", fakes=True)
+                          "--data-dir", str(data), "--out", str(run_dir), "--start-timeout", "120", "--repeat", "1",
+                          fakes=True)
     started: list = []
     try:
         # the never-ready server's process (not the runner's other children, e.g. the load generator's option list)

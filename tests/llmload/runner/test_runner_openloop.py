@@ -121,7 +121,8 @@ def test_find_capacity_of_a_server_of_known_capacity(tmp_path, server_factory):
 def test_throughput_only_sends_sync_requests_and_reports_rates(tmp_path):
     run_dir = tmp_path / "run"
     proc = run_runner("--servers", "mock", "--tasks", "qa", "--concurrency", "2", "--requests", "4",
-                      "--max-tokens", "4", "--throughput-only", "--data-dir", str(make_data(tmp_path / "data")),
+                      "--max-tokens", "4", "--throughput-only", "--repeat", "1", "--data-dir",
+                      str(make_data(tmp_path / "data")),
                       "--out", str(run_dir), "--mock-ttft-ms", "10", "--mock-itl-ms", "2", "--no-report", merged=True)
     assert proc.returncode == 0, proc.stdout
     (cell,) = read_cells(run_dir)

@@ -6,7 +6,7 @@ import pytest
 
 from llmload.core.metrics import SLO
 from llmload.runner.cli import parse_args
-from llmload.runner.options import build_parser
+from llmload.runner.options import build_parser, resolve
 from llmload.tasks import default_task_names, task_names
 from runner_helpers import run_runner
 
@@ -73,8 +73,9 @@ def error_of(argv: list[str], capsys) -> str:
     (["--target-ci", "-3"], "argument --target-ci: '-3' is not a percentage > 0 and < 100"),
     (["--target-ci", "10%"], "argument --target-ci: '10%' is not a percentage > 0 and < 100"),
     (["--target-ci", "inf"], "argument --target-ci: 'inf' is not a percentage > 0 and < 100"),
-    (["--max-repeats", "3"], "--max-repeats applies with --target-ci only"),
+    (["--repeat", "2", "--max-repeats", "3"], "--max-repeats applies with --target-ci only"),
     (["--target-ci", "10", "--max-repeats", "1"], "--max-repeats 1 must be at least 2: --target-ci judges"),
+    (["--max-repeats", "2"], "--max-repeats 2 must be at least 3: --target-ci judges"),
     (["--target-ci", "10", "--repeat", "4", "--max-repeats", "3"], "--max-repeats 3 must be at least 4"),
     (["--max-repeats", "0"], "argument --max-repeats: '0' is not an integer >= 1"),
     (["--order", "random"], "argument --order: invalid choice: 'random' (choose from"),
@@ -96,31 +97,47 @@ def test_bad_input_is_one_line_naming_the_option(argv, expected, capsys):
     assert line.startswith(f"error: {expected}"), line
 
 
+def resolved(argv: list[str]):
+    """The options as the runner resolves them, without asking the load generator for its flags (a process)."""
+    parser = build_parser()
+    return resolve(parser.parse_args(argv), parser)
+
+
 @pytest.mark.unit
 def test_slo_targets_take_milliseconds_or_a_unit():
-    args = parse_args(["--servers", "mock", "--slo", "ttft=500,tpot=50ms,e2e=4s,itl=0.2s", "--find-capacity"])
+    args = resolved(["--servers", "mock", "--slo", "ttft=500,tpot=50ms,e2e=4s,itl=0.2s", "--find-capacity"])
     assert args.slo == SLO(ttft=0.5, tpot=0.05, e2e=4.0, itl=0.2)
     assert args.slo_target == 99.0 and args.max_lag == 0.5 and args.capacity_steps == 6 and args.capacity_looks == 5
 
 
 @pytest.mark.unit
 def test_defaults_profiles_and_aliases():
-    full = parse_args([])
+    full = resolved([])
     assert [t.name for t in full.servers] == ["basic-naive", "basic-batched", "vllm"] and full.baseline == "vllm"
-    assert full.tasks == list(default_task_names()) == ["chat", "qa", "code"]
+    assert full.tasks == list(default_task_names()) == ["qa", "code"]
     assert full.modes == ["stream"]
-    assert (full.concurrency, full.requests, full.max_tokens, full.repeat, full.pool) == ([1, 8], 48, 32, 1, 48)
-    quick = parse_args(["--quick", "--servers", "naive,batched"])
+    assert (full.concurrency, full.requests, full.max_tokens, full.pool) == ([8], 48, 32, 48)
+    assert (full.repeat, full.target_ci, full.max_repeats, full.order) == (3, 15.0, 5, "interleaved")
+    quick = resolved(["--quick", "--servers", "naive,batched"])
     assert quick.tasks == ["chat", "qa"] and quick.concurrency == [1, 4] and quick.requests == 4
+    assert (quick.repeat, quick.target_ci, quick.max_repeats) == (1, None, None)
+    # the default repeats: --max-repeats alone caps them; --repeat or --target-ci, or open-loop levels only,
+    # replace them
+    assert (resolved(["--max-repeats", "8"]).repeat, resolved(["--max-repeats", "8"]).max_repeats) == (3, 8)
+    assert (resolved(["--repeat", "2"]).repeat, resolved(["--repeat", "2"]).target_ci) == (2, None)
+    only_ci = resolved(["--target-ci", "10"])
+    assert (only_ci.repeat, only_ci.target_ci, only_ci.max_repeats) == (1, 10.0, 5)
+    assert (resolved(["--rates", "2"]).repeat, resolved(["--rates", "2"]).target_ci) == (1, None)
+    assert (resolved(["--rates", "2", "--concurrency", "8"]).target_ci) == 15.0
     assert [t.kind for t in quick.servers] == ["basic-naive", "basic-batched"] and quick.baseline is None
-    assert parse_args(["--parallel", "2,3"]).concurrency == [2, 3]  # the seed's name
+    assert resolved(["--parallel", "2,3"]).concurrency == [2, 3]  # the seed's name
     assert "--parallel is the seed's name" in " ".join(build_parser().format_help().split())
     # rates, sweeps and searches replace the default closed-loop levels, unless levels are given too
-    assert parse_args(["--rates", "1.5,3"]).concurrency == []
-    assert parse_args(["--rates", "1.5", "--concurrency", "2"]).concurrency == [2]
-    assert parse_args(["--sweep", "4", "--pool", "3"]).pool == 3
-    assert parse_args(["--throughput-only"]).modes == ["sync"]
-    caching = parse_args(["--servers", "mock,vllm", "--vllm-prefix-caching"])
+    assert resolved(["--rates", "1.5,3"]).concurrency == []
+    assert resolved(["--rates", "1.5", "--concurrency", "2"]).concurrency == [2]
+    assert resolved(["--sweep", "4", "--pool", "3"]).pool == 3
+    assert resolved(["--throughput-only"]).modes == ["sync"]
+    caching = resolved(["--servers", "mock,vllm", "--vllm-prefix-caching"])
     assert [(t.name, t.kind) for t in caching.servers] == [("mock", "mock"), ("vllm", "vllm-prefix-cache")]
 
 

@@ -24,7 +24,8 @@ def test_one_real_vllm_cell(tmp_path, default_model):
     run_dir = tmp_path / "run"
     proc = run_runner("--servers", "vllm", "--tasks", "qa", "--modes", "stream", "--concurrency", "2",
                       "--requests", "8", "--max-tokens", "32", "--data-dir", str(data), "--out", str(run_dir),
-                      "--vllm-timeout", "900", timeout=1200)  # a few seconds of load: the monitor samples it
+                      "--vllm-timeout", "900", "--repeat", "1",
+                      timeout=1200)  # a few seconds of load: the monitor samples it
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (row,) = read_summary(run_dir)
     assert row["status"] == "ok", row

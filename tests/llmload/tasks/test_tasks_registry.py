@@ -52,9 +52,9 @@ def haiku(tmp_path):
 
 
 @pytest.mark.unit
-def test_the_suite_declares_seven_tasks_three_in_the_default_matrix():
+def test_the_suite_declares_seven_tasks_two_in_the_default_matrix():
     assert task_names() == ("chat", "summarization", "qa", "code", "synthetic", "prefix", "conversation")
-    assert default_task_names() == ("chat", "qa", "code")  # summarization is too slow for the default matrix
+    assert default_task_names() == ("qa", "code")  # summarization and chat: too slow and too noisy for it
     assert hub_task_names() == ("chat", "summarization", "qa", "code")
     assert default_budgets() == {"chat": 256, "summarization": 128, "qa": 32, "code": 192, "synthetic": 128,
                                  "prefix": 64, "conversation": 128}
@@ -135,7 +135,7 @@ def test_throwaway_task_goes_through_the_build_and_a_real_locust_run(haiku, tmp_
     args = resolve(parser.parse_args(["--servers", "mock", "--tasks", "haiku", "--modes", "stream", "--concurrency",
                                       "2", "--requests", "4", "--max-tokens", "6", "--mock-ttft-ms", "5",
                                       "--mock-itl-ms", "1", "--data-dir", str(tmp_path / "sets"),
-                                      "--out", str(run_dir)]), parser)
+                                      "--repeat", "1", "--out", str(run_dir)]), parser)
     assert Runner(args).run() == 0
     with (run_dir / "report" / "summary.csv").open(newline="") as handle:
         (row,) = list(csv.DictReader(handle))
