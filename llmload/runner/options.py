@@ -29,10 +29,12 @@ from llmload.targets import DEFAULT_BASELINE, KINDS, TargetSettings, targets_typ
 #: intervals must cover run-to-run variation, which on the 2-core machine is 12-26 % (sd) for one 48-request
 #: cell, so one run cannot give +-15 %. Each level runs in 3 to 5 interleaved repeats (each repeat in its own
 #: block of the order, the ratio paired by block), stopping once its own output tok/s and TTFT p50 are known to
-#: +-15 % (--target-ci). The time goes to the repeats: 8 users only (1 user: --concurrency 1,8, about twice the
-#: time) and the registry's default tasks, qa and code (chat's long prompts stall decoding: --tasks chat,qa,code).
-#: About 40 minutes on two cores (docs/runner.md). The full matrix: --tasks chat,summarization,qa,code --modes
-#: sync,stream --concurrency 1,2,4,8.
+#: +-15 % (--target-ci). With a ratio's spread over blocks of about 12 %, 5 blocks give +-15 % (t(4) x 12 % /
+#: sqrt(5)). The time goes to the repeats: 8 users only (1 user: --concurrency 1,8, about three times the time) and
+#: the registry's default tasks, qa and code (chat's long prompts stall decoding: --tasks chat,qa,code). A block
+#: takes about 8 minutes on two cores: 5 blocks and the server starts about 43 minutes, 54 with five other jobs on
+#: the machine (2026-12-05; docs/runner.md, docs/results.md). The full matrix: --tasks
+#: chat,summarization,qa,code --modes sync,stream --concurrency 1,2,4,8.
 FULL = dict(servers="basic-naive,basic-batched,vllm", tasks=None, modes=["stream"], concurrency=[8],
             requests=48, max_tokens=32, repeat=3, target_ci=15.0, max_repeats=5)
 QUICK = dict(tasks=["chat", "qa"], concurrency=[1, 4], requests=4, max_tokens=16, repeat=1, target_ci=None,
