@@ -10,6 +10,10 @@ receives that cell's result; when it ends it may return new jobs.
 running gives its next cell, and the block's cells run in a random order drawn
 from ``--order-seed`` and the block's number. A job's cells thus spread over
 the whole run, each block holding one repeat of every level of every server.
+Within a block the points (task, mode, load level) come in a random order and
+each point's servers run back to back, in a random order, so the cells a ratio
+pairs run close in time (a randomised complete block design with the repeat
+and the point as the block).
 When the servers cannot all be up at once, each block keeps a server's cells
 together (servers in a random order, each one's cells in a random order), so a
 server starts once per block. ``--order sequential`` is the order of old: each
@@ -75,7 +79,7 @@ class Order:
             return jobs[:1]
         rng = np.random.default_rng([self.seed, number])
         if not self.grouped:
-            return [jobs[i] for i in rng.permutation(len(jobs))]
+            return self._by_point(jobs, rng)
         servers = list(dict.fromkeys(job.server for job in jobs))
         ordered: list[Job] = []
         for server in (servers[i] for i in rng.permutation(len(servers))):
@@ -83,8 +87,22 @@ class Order:
             ordered += [mine[i] for i in rng.permutation(len(mine))]
         return ordered
 
+    @staticmethod
+    def _by_point(jobs: list[Job], rng) -> list[Job]:
+        """The points in a random order, and at each point its servers' cells back to back in a random order:
+        the cells a ratio pairs run a few cells apart, not up to a block apart."""
+        points: dict[tuple, list[Job]] = {}
+        for job in jobs:
+            points.setdefault(job.pending.point.shared, []).append(job)
+        groups = list(points.values())
+        ordered: list[Job] = []
+        for g in rng.permutation(len(groups)):
+            ordered += [groups[g][i] for i in rng.permutation(len(groups[g]))]
+        return ordered
+
     def describe(self) -> str:
         if not self.interleaved:
             return "sequential (each server in turn, each level's repeats in a row)"
         return (f"interleaved in random blocks (seed {self.seed}; "
-                + ("each block's cells grouped by server)" if self.grouped else "servers mixed within a block)"))
+                + ("each block's cells grouped by server)" if self.grouped
+                   else "each point's servers back to back, in a random order)"))

@@ -117,11 +117,14 @@ def test_progress_lines_name_the_cell_and_its_figures():
 
 
 def jobs_of(servers: dict[str, int]) -> list[Job]:
-    """``n`` one-cell jobs per server (the order only looks at their servers)."""
+    """``n`` one-cell jobs per server, at concurrency 1..n (each job's first cell taken)."""
     def one(server: str, i: int):
-        yield Cell(server, "qa", "stream", i, f"{server}/{i}")
+        yield Cell(server, "qa", "stream", i + 1, f"{server}/{i}")
 
-    return [Job(server, one(server, i), 1) for server, n in servers.items() for i in range(n)]
+    jobs = [Job(server, one(server, i), 1) for server, n in servers.items() for i in range(n)]
+    for job in jobs:
+        job.start()
+    return jobs
 
 
 def test_interleaved_blocks_are_seeded_permutations_of_every_job():
@@ -133,6 +136,13 @@ def test_interleaved_blocks_are_seeded_permutations_of_every_job():
     assert first != second and first != Order("interleaved", seed=6).block(jobs, 1)
     servers = "".join(job.server for job in first)
     assert any(servers[i] != servers[i + 1] for i in range(len(servers) - 1)) and servers != "aaaabbbbcccc"
+    # each point's three servers run back to back, in an order drawn per point
+    for block in (first, second):
+        points = [job.pending.concurrency for job in block]
+        assert all(len(set(points[i:i + 3])) == 1 for i in range(0, 12, 3)), points
+        assert sorted(job.server for job in block[:3]) == ["a", "b", "c"]
+    assert len({"".join(job.server for job in block[i:i + 3]) for block in (first, second)
+                for i in range(0, 12, 3)}) > 1
 
 
 def test_grouped_blocks_keep_each_servers_cells_together_and_sequential_runs_one_job_at_a_time():
