@@ -696,7 +696,10 @@ def repeat_interval(values: Sequence[float]) -> Interval:
 
     Each repeat's figure varies by its own run's within-run error and by the run-to-run
     variation, so the spread of the figures holds both levels (the random-effects model
-    with equal within-run errors: Kalibera & Jones 2013; Georges et al. 2007).
+    with equal within-run errors: Kalibera & Jones 2013; Georges et al. 2007). Where that
+    interval would reach 0 or below while every figure is positive (a latency whose runs
+    differ several-fold), it is taken on the log scale instead (the figures' spread as a
+    factor), so that it stays positive.
     """
     array = np.asarray([v for v in values if v is not None], dtype=float)
     if array.size == 0:
@@ -704,8 +707,13 @@ def repeat_interval(values: Sequence[float]) -> Interval:
     mean = float(array.mean())
     if array.size < 2:
         return Interval(mean, n=1)
-    half = t_quantile(array.size - 1) * float(array.std(ddof=1)) / math.sqrt(array.size)
-    return Interval(mean, mean - half, mean + half, int(array.size), across_repeats(array.size))
+    q = t_quantile(array.size - 1) / math.sqrt(array.size)
+    low, high = mean - q * float(array.std(ddof=1)), mean + q * float(array.std(ddof=1))
+    if low <= 0 < array.min():
+        logs = np.log(array)
+        centre, half = float(logs.mean()), q * float(logs.std(ddof=1))
+        low, high = min(math.exp(centre - half), mean), max(math.exp(centre + half), mean)
+    return Interval(mean, low, high, int(array.size), across_repeats(array.size))
 
 
 def repeat_ratio_interval(top: Sequence[float], bottom: Sequence[float]) -> Interval:

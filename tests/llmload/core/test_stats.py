@@ -193,6 +193,20 @@ def test_repeat_interval_is_students_t_and_covers():
     assert 0.93 <= hits / (DRAWS * 5) <= 0.97
 
 
+
+@pytest.mark.unit
+def test_repeat_interval_of_positive_figures_spread_several_fold_stays_positive():
+    """Runs of one latency 10x apart: the linear t interval would go below 0; the log-scale one stays positive
+    and still holds the mean."""
+    values = [300.0, 3000.0, 400.0, 3500.0, 350.0]
+    iv = repeat_interval(values)
+    mean = sum(values) / 5
+    linear_low = mean - t_quantile(4) * float(np.std(values, ddof=1)) / math.sqrt(5)
+    assert linear_low < 0 < iv.low <= mean <= iv.high and iv.covers == "across 5 repeats"
+    logs = np.log(values)
+    assert iv.high == pytest.approx(math.exp(logs.mean() + t_quantile(4) * logs.std(ddof=1) / math.sqrt(5)))
+    assert repeat_interval([10.0, 12.0, 11.0]).low == pytest.approx(11 - t_quantile(2) / math.sqrt(3))  # linear
+
 def test_repeat_ratio_interval_over_repeats():
     iv = repeat_ratio_interval([20.0, 21.0, 19.5], [10.0, 10.2, 9.9])
     assert iv.value == pytest.approx(20.1667 / 10.0333, rel=1e-3) and iv.significant
