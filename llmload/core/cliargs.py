@@ -214,14 +214,26 @@ def _help(f: dataclasses.Field, default: Any) -> str:
     return text + " (default: %(default)s)"
 
 
-def add_options(parser, cls, *, defaults: Any = None, env_prefix: str | None = None) -> None:
+#: ``add_argument`` keywords only Locust's parser takes (its web UI's form).
+LOCUST_KEYWORDS = ("include_in_web_ui", "is_secret")
+
+
+def add_options(parser, cls, *, defaults: Any = None, env_prefix: str | None = None,
+                names: Sequence[str] | None = None) -> None:
     """Add one option per :func:`option` field of ``cls`` to ``parser`` (or an argument group), in order.
 
     ``defaults`` (an instance of ``cls`` or a mapping of some fields) replaces the fields' defaults; with
     ``env_prefix`` the parser itself reads each option's environment variable (configargparse's ``env_var``,
-    as Locust's parser has).
+    as Locust's parser has, with its web-UI keywords). ``names``: only these fields, on a plain parser (another
+    program declaring the same options, e.g. the runner passing them on to the load generator).
     """
-    for f in option_fields(cls):
+    chosen = option_fields(cls)
+    if names is not None:
+        unknown = set(names) - {f.name for f in chosen}
+        if unknown:
+            raise ValueError(f"{cls.__name__} declares no option {', '.join(sorted(unknown))}")
+        chosen = [f for f in chosen if f.name in names]
+    for f in chosen:
         default = f.default
         if isinstance(defaults, Mapping):
             default = defaults.get(f.name, default)
@@ -230,6 +242,8 @@ def add_options(parser, cls, *, defaults: Any = None, env_prefix: str | None = N
         extra = _argparse_kwargs(f)
         if env_prefix is not None:
             extra["env_var"] = env_name(f, env_prefix)
+        if names is not None:
+            extra = {k: v for k, v in extra.items() if k not in LOCUST_KEYWORDS}
         parser.add_argument(flag_of(f), dest=f.name, default=default, help=_help(f, default), **extra)
 
 

@@ -11,16 +11,15 @@ import dataclasses
 from pathlib import Path
 
 from llmload.core.cliargs import (OneLineParser, add_options, choice_list, duration, float_list, int_list,
-                                  non_negative_float, non_negative_int, number, positive_float, positive_int)
+                                  non_negative_int, number, positive_float, positive_int)
 from llmload.core.cliargs import slo as slo_type
-from llmload.core.cancel import SYNTAX as CANCEL_SYNTAX
-from llmload.core.cancel import cancel_after_text, cancel_rate, parse_cancel_after
+from llmload.core.cancel import parse_cancel_after
 from llmload.core.cost import prices
 from llmload.core.metrics import APIS, MODES, SLO
 from llmload.tasks import DatasetError, default_task_names, task_names
-from llmload.tasks.traces import BLOCK_TOKENS, FORMATS as TRACE_FORMATS, check_lengths, offsets, read_trace
+from llmload.tasks.traces import BLOCK_TOKENS, check_lengths, offsets, read_trace
 from llmload.core.sequential import CONFIDENCE, Budget, requests_to_hold
-from llmload.loadgen.options import ARRIVALS
+from llmload.loadgen.options import ARRIVALS, LoadSettings
 from llmload.runner.schedule import ORDERS
 from llmload.targets import DEFAULT_BASELINE, KINDS, TargetSettings, targets_type
 
@@ -51,6 +50,9 @@ DEFAULT_MAX_REPEATS = 5
 #: Seconds Locust gets to finish its users' requests once asked to stop (its ``--stop-timeout``).
 LOCUST_STOP_TIMEOUT_S = 10
 SLO_KEYS = SLO.KEYS
+#: The load generator's options the runner passes on to every cell, declared once in :class:`LoadSettings`.
+CANCEL_OPTIONS = ("cancel_rate", "cancel_after")
+TRACE_OPTIONS = ("trace_format", "time_scale", "trace_start", "trace_duration", "trace_block_size")
 
 
 def percentage(include_100: bool):
@@ -170,27 +172,14 @@ def build_parser() -> OneLineParser:
     load.add_argument("--seed", type=non_negative_int, default=0, metavar="N",
                       help="seed of the arrival schedule and of the cancelled requests, the same for every server "
                            "(default: %(default)s)")
-    load.add_argument("--cancel-rate", type=cancel_rate, default=0.0, metavar="P",
-                      help="share of each cell's requests the client abandons at --cancel-after (drawn from --seed, "
-                           "the same requests for every server; counted apart, out of the latency figures)")
-    load.add_argument("--cancel-after", type=cancel_after_text, default="", metavar="WHEN",
-                      help=f"when a cancelled request is abandoned: {CANCEL_SYNTAX}")
+    add_options(load, LoadSettings, names=CANCEL_OPTIONS)  # declared once, by the load generator
 
     trace = p.add_argument_group("trace replay (docs/traces.md)")
     trace.add_argument("--trace", type=Path, default=None, metavar="FILE",
                        help="one more level per server and mode: replay this trace (each request at its time with its "
                             "lengths, under the first of --tasks, synthetic by default; --pool bounds the requests "
                             "in flight); its cells are phase 'trace'")
-    trace.add_argument("--trace-format", choices=TRACE_FORMATS, default=None,
-                       help="the trace's format (default: told from its first line)")
-    trace.add_argument("--time-scale", type=positive_float, default=1.0, metavar="S",
-                       help="multiply the trace's times by S (0.5: twice as fast; default: %(default)s)")
-    trace.add_argument("--trace-start", type=non_negative_float, default=0.0, metavar="SECONDS",
-                       help="replay from this many seconds after the trace's first request (default: %(default)s)")
-    trace.add_argument("--trace-duration", type=non_negative_float, default=0.0, metavar="SECONDS",
-                       help="replay this many seconds of the trace, before --time-scale (default: 0, to its end)")
-    trace.add_argument("--trace-block-size", type=positive_int, default=BLOCK_TOKENS, metavar="N",
-                       help="prompt tokens per hash id of the trace (default: %(default)s, Mooncake's block)")
+    add_options(trace, LoadSettings, names=TRACE_OPTIONS)
 
     servers = p.add_argument_group("the servers")
     add_options(servers, TargetSettings)

@@ -105,3 +105,19 @@ def test_the_usage_line_names_the_program_as_started(monkeypatch):
     monkeypatch.setattr(sys, "argv", ["llmload run"])  # as the llmload command calls its programs
     assert OneLineParser(prog="python -m llmload.runner").format_usage().startswith("usage: llmload run ")
     assert cliargs.program("python -m x") == "llmload run"
+
+
+@pytest.mark.unit
+def test_another_program_declares_chosen_options_once_on_a_plain_parser():
+    """The runner takes the load generator's declarations of the options it passes on: same flag, default, type
+    and help, without Locust's web-UI keywords; an unknown name is a programming error."""
+    from llmload.loadgen.options import LoadSettings  # the real declarations, as the runner uses them
+
+    parser = argparse.ArgumentParser()
+    add_options(parser, LoadSettings, names=("cancel_rate", "time_scale"))
+    assert vars(parser.parse_args([])) == {"cancel_rate": 0.0, "time_scale": 1.0}
+    assert parser.parse_args(["--time-scale", "0.5"]).time_scale == 0.5
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--cancel-rate", "2"])
+    with pytest.raises(ValueError, match="declares no option nope"):
+        add_options(argparse.ArgumentParser(), LoadSettings, names=("nope",))
