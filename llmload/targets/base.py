@@ -10,6 +10,7 @@ server kind is one new file with its class plus one entry in
 
 from __future__ import annotations
 
+import shlex
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +45,9 @@ class TargetSettings:
                                   type=positive_float, metavar="S")
     vllm_timeout: float = option(VLLM_START_TIMEOUT_S, "seconds to wait for vLLM to start", type=positive_float,
                                  metavar="S")
+    vllm_args: tuple[str, ...] = option((), "more arguments for vLLM's server, one shell-quoted string, given as "
+                                        "--vllm-args='--enforce-eager' (a value starting with -- needs the =)",
+                                        type=lambda text: tuple(shlex.split(text)), metavar="ARGS")
     extra_args: tuple[str, ...] = ()
 
 

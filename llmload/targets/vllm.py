@@ -22,7 +22,8 @@ class VLLMServer(TargetKind):
         return VLLMSettings(model=settings.model or "", served_model_name=settings.served_model_name, port=port,
                             max_model_len=settings.max_model_len, dtype=settings.dtype,
                             kv_cache_gib=settings.kv_cache_gib, max_num_seqs=settings.max_num_seqs,
-                            prefix_caching=self.prefix_caching, extra_args=list(settings.extra_args))
+                            prefix_caching=self.prefix_caching,
+                            extra_args=[*settings.vllm_args, *settings.extra_args])
 
     def command(self, settings: TargetSettings, port: int) -> list[str]:
         return self._settings(settings, port).command()

@@ -24,7 +24,7 @@ def test_one_real_vllm_cell(tmp_path, default_model):
     run_dir = tmp_path / "run"
     proc = run_runner("--servers", "vllm", "--tasks", "qa", "--modes", "stream", "--concurrency", "2",
                       "--requests", "8", "--max-tokens", "32", "--data-dir", str(data), "--out", str(run_dir),
-                      "--vllm-timeout", "900", "--repeat", "1",
+                      "--vllm-timeout", "900", "--repeat", "1", "--vllm-args=--enforce-eager",  # no torch.compile
                       timeout=1200)  # a few seconds of load: the monitor samples it
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (row,) = read_summary(run_dir)
@@ -35,7 +35,9 @@ def test_one_real_vllm_cell(tmp_path, default_model):
     raw = read_results(run_dir / "vllm" / "qa_stream_c2_requests.jsonl")
     assert all(r.output_tokens == 32 and r.output_tokens_source == "usage" for r in raw)
     # the cells repeat their prompts and the basic server has no prefix cache: vLLM runs without one too
-    assert "enable_prefix_caching=False" in (run_dir / "vllm" / "server.log").read_text()
+    log = (run_dir / "vllm" / "server.log").read_text()
+    assert "enable_prefix_caching=False" in log
+    assert "enforce_eager=True" in log  # --vllm-args reached vLLM
     assert json.loads((run_dir / "run.json").read_text())["baseline"] == "vllm"
     # the monitor read vLLM's own /metrics beside its resources: requests running, KV cache in use
     with open(run_dir / "vllm" / "qa_stream_c2_monitor.csv", newline="") as handle:
