@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
 #: The pages whose commands are checked: the README and the docs pages its sections moved to.
 CHECKED = ("README.md", "docs/results.md", "docs/benchmarks.md", "docs/testing.md", "docs/loadgen.md",
-           "docs/server.md", "docs/reports.md", "docs/metrics.md", "docs/traces.md")
+           "docs/server.md", "docs/reports.md", "docs/metrics.md", "docs/traces.md", "docs/install.md")
 TEXT = "\n".join((REPO / name).read_text() for name in CHECKED)
 #: The inline code spans (`...`), outside the fenced blocks.
 INLINE_CODE = re.findall(r"`([^`\n]+)`", re.sub(r"```.*?```", "", TEXT, flags=re.S))
