@@ -153,7 +153,7 @@ def test_the_installed_command_runs_a_mock_cell(installed, tmp_path):
     # one cell of the runner: it starts the mock server and Locust from the installed package
     cell = run([llmload, "run", "--servers", "mock", "--tasks", "qa", "--concurrency", "1", "--requests", "4",
                 "--max-tokens", "8", "--data-dir", data, "--mock-ttft-ms", "5", "--mock-itl-ms", "1",
-                "--cell-timeout", "120"], cwd=work, env=env, timeout=300)
+                "--cell-timeout", "120", "--repeat", "1"], cwd=work, env=env, timeout=300)
     timings["commands"] = time.monotonic() - started
     (run_dir,) = (work / "results").iterdir()  # an installed suite writes its results under the current folder
     cells = [json.loads(line) for line in (run_dir / "cells.jsonl").read_text().splitlines()]
