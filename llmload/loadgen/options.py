@@ -30,6 +30,8 @@ from llmload.tasks.traces import BLOCK_TOKENS, FORMATS as TRACE_FORMATS
 
 ENV_PREFIX = "LOCUST_LLM_"
 ARRIVALS = ("constant", "poisson", "gamma")
+#: The options that shape a ``--trace`` replay (its format, window, scale and blocks): without a trace, bad input.
+TRACE_SHAPING = ("trace_format", "time_scale", "trace_start", "trace_duration", "trace_block_size")
 
 
 class SettingsError(ValueError):
@@ -332,8 +334,7 @@ class LoadSettings:
         self.chunk_counter()  # a tokenizer that cannot load is bad input, said before the run starts
 
     def _check_trace(self) -> None:
-        trace_flags = [f.metadata["flag"] for f in fields(self) if f.name.startswith(("trace_", "time_scale"))
-                       and getattr(self, f.name) != f.default]
+        trace_flags = trace_shaping(self)
         if not self.trace:
             if trace_flags:
                 raise SettingsError(f"{trace_flags[0]} shapes a trace replay: give --trace FILE too")
@@ -342,6 +343,13 @@ class LoadSettings:
                             ("--stages", self.stages), ("--ramp", self.ramp)):
             if given:
                 raise SettingsError(f"--trace gives each request's time and lengths: leave {flag} out")
+
+
+def trace_shaping(values) -> list[str]:
+    """The flags of the :data:`TRACE_SHAPING` options that ``values`` (settings, or another program's parsed
+    options of the same names) sets away from their defaults."""
+    return [f.metadata["flag"] for f in fields(LoadSettings)
+            if f.name in TRACE_SHAPING and getattr(values, f.name) != f.default]
 
 
 def strict_parsing(parser) -> None:

@@ -17,9 +17,9 @@ from llmload.core.cancel import parse_cancel_after
 from llmload.core.cost import prices
 from llmload.core.metrics import APIS, MODES, SLO
 from llmload.tasks import DatasetError, default_task_names, task_names
-from llmload.tasks.traces import BLOCK_TOKENS, check_lengths, offsets, read_trace
+from llmload.tasks.traces import check_lengths, offsets, read_trace
 from llmload.core.sequential import CONFIDENCE, Budget, requests_to_hold
-from llmload.loadgen.options import ARRIVALS, LoadSettings
+from llmload.loadgen.options import ARRIVALS, TRACE_SHAPING, LoadSettings, trace_shaping
 from llmload.runner.schedule import ORDERS
 from llmload.targets import DEFAULT_BASELINE, KINDS, TargetSettings, targets_type
 
@@ -52,7 +52,6 @@ LOCUST_STOP_TIMEOUT_S = 10
 SLO_KEYS = SLO.KEYS
 #: The load generator's options the runner passes on to every cell, declared once in :class:`LoadSettings`.
 CANCEL_OPTIONS = ("cancel_rate", "cancel_after")
-TRACE_OPTIONS = ("trace_format", "time_scale", "trace_start", "trace_duration", "trace_block_size")
 
 
 def percentage(include_100: bool):
@@ -179,7 +178,7 @@ def build_parser() -> OneLineParser:
                        help="one more level per server and mode: replay this trace (each request at its time with its "
                             "lengths, under the first of --tasks, synthetic by default; --pool bounds the requests "
                             "in flight); its cells are phase 'trace'")
-    add_options(trace, LoadSettings, names=TRACE_OPTIONS)
+    add_options(trace, LoadSettings, names=TRACE_SHAPING)
 
     servers = p.add_argument_group("the servers")
     add_options(servers, TargetSettings)
@@ -280,9 +279,7 @@ def resolve(args: argparse.Namespace, parser: argparse.ArgumentParser | None = N
             fail(problem)
     if args.pool is None:
         args.pool = args.requests
-    shaping = [flag for flag, given in (("--trace-format", args.trace_format), ("--time-scale", args.time_scale != 1.0),
-                                        ("--trace-start", args.trace_start), ("--trace-duration", args.trace_duration),
-                                        ("--trace-block-size", args.trace_block_size != BLOCK_TOKENS)) if given]
+    shaping = trace_shaping(args)
     if shaping and not args.trace:
         fail(f"{shaping[0]} shapes a trace replay: give --trace FILE too")
     if args.trace:
