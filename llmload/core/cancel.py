@@ -23,7 +23,7 @@ import random
 import re
 from dataclasses import dataclass
 
-from llmload.core.cliargs import parse_duration
+from llmload.core.cliargs import number, parse_duration
 
 #: The kinds of cancel point: after the send, after the first output chunk, after a number of output tokens.
 KINDS = ("send", "ttft", "tokens")
@@ -106,14 +106,14 @@ def cancel_after_text(text: str) -> str:
     return text.strip()
 
 
+_SHARE = "a share of requests in [0, 1] (e.g. 0.3)"
+
+
 def cancel_rate(text: str) -> float:
     """argparse type of ``--cancel-rate``: a share in [0, 1]."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0.0 <= value <= 1.0:  # NaN fails too
-        raise argparse.ArgumentTypeError(f"{text!r} is not a share of requests in [0, 1] (e.g. 0.3)")
+    value = number(float, 0.0, what=_SHARE)(text)
+    if value > 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not {_SHARE}")
     return value
 
 
@@ -133,6 +133,6 @@ class CancelPolicy:
         """
         key = f"{self.seed}:{index}" if index >= 0 else f"{self.seed}:{self._stream}:n{next(self._next)}"
         rng = random.Random(f"cancel:{key}")
-        if not self.rate or rng.random() >= self.rate:
+        if rng.random() >= self.rate:
             return None
         return self.after.draw(rng)

@@ -68,13 +68,18 @@ class CancelTimer:
         if self.point is not None and self.point.kind == "send":
             self._timer = gevent.Timeout.start_new(self.point.value, Cancelled)
 
+    @property
+    def watches_stream(self) -> bool:
+        """Whether :meth:`due` has anything to do with a stream's pieces (a token count, or a ``ttft+`` timer)."""
+        return self.point is not None and self.point.kind != "send"
+
     def due(self, reader: StreamReader, arrived: float) -> bool:
         """After each piece of a stream: True once the token count is reached; starts the ``ttft+`` timer."""
         point = self.point
         if point is None or not reader.token_offsets:
             return False
         if point.kind == "tokens":
-            running = reader.running[-1] if reader.running else None
+            running = reader.running[-1]  # recorded with each token offset
             return (running if running is not None else len(reader.token_offsets)) >= point.value
         if point.kind == "ttft" and self._timer is None:
             self._timer = gevent.Timeout.start_new(max(arrived + point.value - time.perf_counter(), 0.0),
@@ -181,12 +186,13 @@ class LLMClient:
         ended and whether the client cancelled it (the outcome then holds what arrived, and no error)."""
         reader = StreamReader(self.params.api)
         end = time.perf_counter()
+        watch = timer.watches_stream  # looked up once: the per-read work stays as it was without a cancel point
         try:
             for piece, arrived in response.reads():
                 end = arrived
                 if reader.feed(piece, arrived - t0):
                     break
-                if timer.due(reader, arrived):
+                if watch and timer.due(reader, arrived):
                     raise Cancelled
             else:
                 reader.end()
