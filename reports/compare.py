@@ -22,7 +22,6 @@ from pathlib import Path
 
 from llmload.core.calibration import Calibration
 from llmload.core.cliargs import OneLineParser
-from llmload.core.metrics import ratio
 from llmload.core.stats import WITHIN_RUN
 from llmload.core.tables import render
 from reports.calibrate import add_calibration_options, applicable, find_calibration

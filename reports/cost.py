@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from llmload.core.cost import usd_per_million_tokens, usd_per_thousand_requests
 from llmload.core.metrics import ratio
+from llmload.core.points import Point
 from llmload.core.stats import Interval
 from llmload.core.tables import render
 from monitors.energy import SOURCES, energy_between
 from reports.format import number
 from reports.rows import Row
 from reports.run import RunData
-from reports.sections import describe
 
 #: Cost figure -> (its formula, the throughput it is taken at).
 COSTS = {"usd_per_million_output_tokens": (usd_per_million_tokens, "output_token_throughput"),
@@ -131,7 +131,7 @@ def lines(cost: list[dict], capacity: list[dict]) -> list[str]:
         parts += ["At each server's price per hour (`--price-per-hour`): dollars per 1M output tokens and per 1,000 "
                   "requests at the cell's measured throughput, with the 95 % interval of that throughput carried "
                   "through.", "",
-                  render([[describe(r), usd(r["price_per_hour"]), number(r["output_token_throughput"] or 0),
+                  render([[Point.of(r).label, usd(r["price_per_hour"]), number(r["output_token_throughput"] or 0),
                            usd_text(r, "usd_per_million_output_tokens"), usd_text(r, "usd_per_thousand_requests")]
                           for r in priced],
                          ["cell", "$/hour", "out tok/s", "$ per 1M output tokens", "$ per 1,000 requests"]), ""]
@@ -149,7 +149,7 @@ def lines(cost: list[dict], capacity: list[dict]) -> list[str]:
         parts += ["Energy over each cell's wall time from the monitor's counter (whole devices: the GPU's every "
                   "process, or the CPU package's, load generator included where it shares the machine); no "
                   "interval: one counter reading per cell.", "",
-                  render([[describe(r), number(r["energy_j"]), None if r["j_per_output_token"] is None else
+                  render([[Point.of(r).label, number(r["energy_j"]), None if r["j_per_output_token"] is None else
                            number(r["j_per_output_token"]), None if r["j_per_request"] is None else
                            number(r["j_per_request"]), r["energy_source"]] for r in measured],
                          ["cell", "energy J", "J per output token", "J per request", "counter"]), ""]

@@ -166,10 +166,9 @@ def repeat_values(repeats: list[Estimates], column: str) -> list[float] | None:
     return [iv.value for iv in values]
 
 
-def block_values(repeats: list[Estimates], column: str) -> dict[int, float] | None:
-    """The figure of each repeat by the block of the interleaved order it ran in, None unless 2+ repeats all have
-    one and a block of their own (a sequential run's cells have none)."""
-    values = repeat_values(repeats, column)
+def block_values(repeats: list[Estimates], values: list[float] | None) -> dict[int, float] | None:
+    """The repeats' figures ``values`` (:func:`repeat_values`) by the block of the interleaved order each ran in,
+    None unless there are values and every repeat has a block of its own (a sequential run's cells have none)."""
     blocks = [e.block for e in repeats]
     if not values or any(b is None for b in blocks) or len(set(blocks)) < len(blocks):
         return None
@@ -203,7 +202,8 @@ def ratio_intervals(top: Estimates, bottom: Estimates, columns, key: tuple,
     draws: dict = {}  # one draw of the shared prompt occurrences per block length for every column
     for column in columns:
         per_top, per_bottom = repeat_values(top.repeats, column), repeat_values(bottom.repeats, column)
-        in_blocks = (block_values(top.repeats, column), block_values(bottom.repeats, column)) if by_block else (None,)
+        in_blocks = ((block_values(top.repeats, per_top), block_values(bottom.repeats, per_bottom)) if by_block
+                     else (None,))
         if all(in_blocks) and len(set(in_blocks[0]) & set(in_blocks[1])) >= 2:
             out[column] = (block_ratio_interval(*in_blocks), "paired repeats")
         elif per_top and per_bottom:

@@ -16,7 +16,6 @@ here. Plots draw the merged rows only.
 
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 

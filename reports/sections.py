@@ -37,11 +37,6 @@ SERVER_SERIES = ("server_running", "server_waiting", "server_kv_cache_pct", "ser
 THROUGHPUTS = ("request_throughput", "output_token_throughput", "goodput")
 
 
-def describe(record: dict) -> str:
-    """The label of a record's load point (:attr:`llmload.core.points.Point.label`)."""
-    return Point.of(record).label
-
-
 # --------------------------------------------------------------------------- (a) open loop
 
 

@@ -82,7 +82,7 @@ class Budget:
     @property
     def _left_in_schedule(self) -> int | None:
         """Places left in a schedule that ends (a trace's): tickets given back do not get theirs again."""
-        length = getattr(self.schedule, "length", None)
+        length = None if self.schedule is None else self.schedule.length
         return None if length is None else max(length - self.next_index, 0)
 
     @property

@@ -70,7 +70,6 @@ class TraceReplay:
         counter = TokenCounter.load(model)
         self.prompts = TracePrompts(counter, settings.trace_block_size, settings.seed)
         self.prompts.check(trace.path, self.requests, settings.api, settings.max_model_len or context_of(model))
-        self.key = self.key_of(settings)
 
     @staticmethod
     def key_of(settings) -> tuple:

@@ -94,8 +94,8 @@ class CellRunner:
             cmd += list(o.trace)
         else:
             cmd += ["--requests", str(o.requests_for(cell)), "--dataset", str(self.datasets[cell.task])]
-        if o.max_tokens and cell.phase != TRACE_PHASE:
-            cmd += ["--max-tokens", str(o.max_tokens), "--ignore-eos"]
+            if o.max_tokens:
+                cmd += ["--max-tokens", str(o.max_tokens), "--ignore-eos"]
         if cell.rate is not None:
             cmd += ["--rate", f"{cell.rate:g}", "--arrival", o.arrival, "--seed", str(o.seed)]
             if o.burstiness is not None:
@@ -106,7 +106,7 @@ class CellRunner:
             cmd += ["--slo", o.slo.argument()]  # the load generator judges each request (slo_ok)
         if o.cancel_rate:
             cmd += ["--cancel-rate", f"{o.cancel_rate:g}", "--cancel-after", o.cancel_after]
-            if cell.rate is None:
+            if cell.rate is None and cell.phase != TRACE_PHASE:  # open-loop and trace cells pass it already
                 cmd += ["--seed", str(o.seed)]
         return cmd
 

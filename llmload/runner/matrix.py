@@ -21,12 +21,13 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from llmload.core.cliargs import from_namespace
+from llmload.core.cliargs import flag_of, from_namespace, option_fields
 from llmload.core.model_store import ModelNotAvailable, is_default_model, resolve_model, served_model_name
 from llmload.core.paths import RESULTS_DIR, dataset_path
 from llmload.core.points import Point
 from llmload.core.runfiles import Cell, append_capacity, append_cell, write_manifest
 from llmload.core.sequential import Budget
+from llmload.loadgen.options import TRACE_SHAPING, LoadSettings
 from llmload.runner.capacity import CapacitySearch, look_of, search_cells
 from llmload.runner.cell import CellResult, CellRunner, LoadOptions
 from llmload.runner.convergence import HEADLINE, MIN_REPEATS, converged, half_widths, widths_text
@@ -60,12 +61,12 @@ def trace_options(args: argparse.Namespace) -> tuple[str, ...]:
     context (prompts built to the lengths in the served model's tokens)."""
     if not getattr(args, "trace", None):
         return ()
-    options = ["--trace", str(Path(args.trace).resolve()), "--time-scale", f"{args.time_scale:g}",
-               "--trace-start", f"{args.trace_start:g}", "--trace-duration", f"{args.trace_duration:g}",
-               "--trace-block-size", str(args.trace_block_size), "--max-model-len", str(args.max_model_len),
-               "--seed", str(args.seed)]
-    if args.trace_format:
-        options += ["--trace-format", args.trace_format]
+    options = ["--trace", str(Path(args.trace).resolve())]
+    for f in (f for f in option_fields(LoadSettings) if f.name in TRACE_SHAPING):
+        value = getattr(args, f.name)  # defaults too: no LOCUST_LLM_* variable reaches the cell instead
+        if value != "":  # no --trace-format: told from the file
+            options += [flag_of(f), f"{value:g}" if isinstance(value, float) else str(value)]
+    options += ["--max-model-len", str(args.max_model_len), "--seed", str(args.seed)]
     if not is_default_model(args.model):
         options += ["--tokenizer", args.model]
     return tuple(options)

@@ -26,7 +26,7 @@ import json
 import math
 import random
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
@@ -191,12 +191,14 @@ def _csv_rows(path: Path, lines: list[str], fmt: str):
         number = reader.line_num
         if fmt == "azure":
             stamp = _azure_time(path, number, row.get(time_key))
+            output = None
         else:
             stamp = _number(path, number, time_key, row.get(time_key))
-            if _integer(path, number, output_key, row.get(output_key), minimum=0) == 0:
+            output = _integer(path, number, output_key, row.get(output_key), minimum=0)
+            if output == 0:
                 continue  # a request that failed in the original log
         yield TraceRequest(number, stamp, _integer(path, number, input_key, row.get(input_key)),
-                           _integer(path, number, output_key, row.get(output_key)))
+                           output or _integer(path, number, output_key, row.get(output_key)))
 
 
 def read_trace(path: str | Path, fmt: str = "") -> Trace:
@@ -226,8 +228,7 @@ def read_trace(path: str | Path, fmt: str = "") -> Trace:
     if not requests:
         raise TraceError(f"{path}: the trace holds no request")
     zero = requests[0].time_s
-    return Trace(path, fmt, tuple(TraceRequest(r.line, r.time_s - zero, r.input_length, r.output_length, r.hash_ids)
-                                  for r in requests))
+    return Trace(path, fmt, tuple(replace(r, time_s=r.time_s - zero) for r in requests))
 
 
 # --------------------------------------------------------------------------- prompts
