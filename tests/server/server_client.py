@@ -23,6 +23,10 @@ MOCK_TTFT_MS = 100.0
 MOCK_ITL_MS = 10.0
 MOCK_MAX_MODEL_LEN = 64
 
+#: The per-request ``metrics`` object's fields, in order: vLLM's five, then the basic server's ``frontend_time_ms``.
+METRICS_FIELDS = ["time_to_first_token_ms", "generation_time_ms", "queue_time_ms", "mean_itl_ms", "tokens_per_second",
+                  "frontend_time_ms"]
+
 
 @dataclass
 class StreamResult:
@@ -49,6 +53,11 @@ class StreamResult:
         """The usage of the final ``choices: []`` chunk (include_usage), or None."""
         last = self.chunks[-1]
         return last["usage"] if not last["choices"] else None
+
+    def metrics(self) -> dict | None:
+        """The per-request ``metrics`` of the final ``choices: []`` chunk (include_usage), or None."""
+        last = self.chunks[-1]
+        return last.get("metrics") if not last["choices"] else None
 
 
 def split_sse(raw: str) -> list[dict]:
