@@ -28,7 +28,7 @@ from server.engines.mock import MockEngine
 SCHEDULE_TOLERANCE_MS = 5.0
 #: Over HTTP, how far apart concurrent requests sent together may reach the engine (ms): the server parses them
 #: in turn (and sends a stream's headers first); a later arrival waits that much less for its slot.
-ARRIVAL_WINDOW_MS = 10.0
+ARRIVAL_WINDOW_MS = 15.0
 PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions", "responses": "/v1/responses"}
 ID_PREFIXES = {"chat": "chatcmpl-", "completions": "cmpl-", "responses": "resp_"}
 
