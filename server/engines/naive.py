@@ -102,7 +102,7 @@ class NaiveEngine(Engine):
             finally:
                 self._active_len = 0
 
-    def _prefill(self, job: GenerationJob):
+    def _prefill(self, job: GenerationJob) -> tuple[Decoding, "DynamicCache"]:
         """Start a request: run its prompt alone from an empty cache and hand out its first token.
 
         Returns its :class:`Decoding` and its KV cache (a ``DynamicCache``). Both
