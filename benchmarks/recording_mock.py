@@ -54,10 +54,10 @@ class RecordingMockEngine(MockEngine):
         super().__init__(**kwargs)
         self.record = open(record_path, "a", encoding="utf-8")
 
-    async def generate(self, request_id, prompt, params):
+    async def generate(self, request_id, prompt, params, timing=None):
         arrival, times = time.time(), []
         try:
-            async for delta in super().generate(request_id, prompt, params):
+            async for delta in super().generate(request_id, prompt, params, timing):
                 times.append(time.time())
                 yield delta
         finally:

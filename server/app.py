@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import re
 import time
 import uuid
 from contextlib import asynccontextmanager
@@ -27,7 +28,7 @@ from server.engines import create_engine
 from server.errors import APIError, ClientDisconnected, error_response, install_error_handlers
 from server.limits import RequestLimits
 from server.metrics import ServerMetrics
-from server.engines.base import Engine, GenerationDelta, PreparedPrompt, PromptTooLong, SamplingParams
+from server.engines.base import Engine, GenerationDelta, PreparedPrompt, PromptTooLong, RequestTiming, SamplingParams
 from server.protocol import (
     ChatCompletionChoice,
     ChatCompletionChunk,
@@ -52,6 +53,7 @@ from server.protocol import (
     OutputMessage,
     OutputText,
     OutputTokensDetails,
+    PerRequestMetrics,
     ReasoningItem,
     ReasoningText,
     ResponseError,
@@ -69,6 +71,9 @@ from server.settings import ServerSettings
 log = logging.getLogger("server")
 
 DISCONNECT_POLL_S = 0.05
+#: The longest ``X-Request-Id`` taken (vLLM takes any); its characters must be visible ASCII (no space).
+MAX_REQUEST_ID_CHARS = 128
+REQUEST_ID = re.compile(rf"[\x21-\x7e]{{1,{MAX_REQUEST_ID_CHARS}}}")
 
 
 class APIKeyMiddleware:
@@ -94,6 +99,45 @@ class APIKeyMiddleware:
         await self.app(scope, receive, send)
 
 
+class RequestIdMiddleware:
+    """Give every request an id: its ``X-Request-Id`` header, else a fresh uuid4 hex; echo it in the answer's
+    ``X-Request-Id`` header (as vLLM's ``--enable-request-id-headers``) and keep it in ``request.state.request_id``,
+    where the routes take it for the response ``id``, as vLLM's ``_base_request_id`` does.
+
+    An id over :data:`MAX_REQUEST_ID_CHARS` characters or with any character other
+    than visible ASCII gets an OpenAI-shaped 400 (vLLM takes anything). A
+    ``traceparent`` header is logged at debug level with the id, nothing more.
+    """
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        given = headers.get("x-request-id")
+        if given is not None and not REQUEST_ID.fullmatch(given):
+            response = error_response(
+                400, f"X-Request-Id must be 1 to {MAX_REQUEST_ID_CHARS} visible ASCII characters (no spaces or "
+                     f"control characters); got {len(given)} characters.", code="invalid_request_id")
+            await response(scope, receive, send)
+            return
+        request_id = given or uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = request_id
+        if "traceparent" in headers:
+            log.debug("request %s: traceparent %r", request_id, headers["traceparent"])
+
+        async def send_with_id(message) -> None:
+            if message["type"] == "http.response.start":
+                message.setdefault("headers", [])
+                message["headers"] = [*message["headers"], (b"x-request-id", request_id.encode())]
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)
+
+
 # --------------------------------------------------------------------------- the three API styles
 
 
@@ -109,19 +153,24 @@ class Answer:
 @dataclass(frozen=True)
 class Exchange:
     """One request being answered: what every chunk repeats (``id``, ``created``, ``model``), the prompt, the
-    request and the engine's reasoning format."""
+    request, the engine's reasoning format and the request's timing (read once the generation has ended)."""
 
     head: dict
     prompt: PreparedPrompt
     body: SamplingFields
     reasons: bool
     reasoning_field: str
+    timing: RequestTiming
 
     def usage(self, delta: GenerationDelta) -> UsageInfo:
         prompt_tokens = len(self.prompt.token_ids)
         details = CompletionTokensDetails(reasoning_tokens=delta.reasoning_tokens) if self.reasons else None
         return UsageInfo(prompt_tokens=prompt_tokens, completion_tokens=delta.completion_tokens,
                          total_tokens=prompt_tokens + delta.completion_tokens, completion_tokens_details=details)
+
+    def metrics(self, last: GenerationDelta) -> PerRequestMetrics:
+        """The per-request timing of a finished generation whose last delta is ``last``."""
+        return PerRequestMetrics(**self.timing.metrics_ms(last.completion_tokens))
 
 
 @dataclass(frozen=True)
@@ -181,8 +230,10 @@ def _choice_events(chunk_type: type[BaseModel], stream_choice: Callable[[Exchang
         running = include_usage and bool(options.continuous_usage_stats)
         exclude = None if include_usage else {"usage"}
 
-        def chunk(choices: list[BaseModel], usage: UsageInfo | None = None) -> str:
-            return format_event(chunk_type(**x.head, choices=choices, usage=usage).model_dump_json(exclude=exclude))
+        def chunk(choices: list[BaseModel], usage: UsageInfo | None = None,
+                  metrics: PerRequestMetrics | None = None) -> str:
+            return format_event(chunk_type(**x.head, choices=choices, usage=usage, metrics=metrics)
+                                .model_dump_json(exclude=exclude))
 
         last = GenerationDelta("", 0)
         waiting = list(preamble)
@@ -199,8 +250,8 @@ def _choice_events(chunk_type: type[BaseModel], stream_choice: Callable[[Exchang
         else:
             for choice in waiting:  # a generation without any delta still answers in full
                 yield chunk([choice], x.usage(last) if running else None)
-            if include_usage:
-                yield chunk([], x.usage(last))
+            if include_usage:  # vLLM's per-request metrics ride on this final usage chunk
+                yield chunk([], x.usage(last), x.metrics(last))
         yield format_event(DONE_SENTINEL)
 
     return events
@@ -210,7 +261,7 @@ COMPLETIONS = APIStyle(
     id_prefix="cmpl-", prompt_param="prompt",
     prepare=lambda engine, body: engine.prepare_completion(body.prompt),
     # completions have no reasoning field: reasoning is part of the text, as vLLM's /v1/completions sends it
-    respond=lambda x, a: CompletionResponse(**x.head, usage=x.usage(a.last), choices=[
+    respond=lambda x, a: CompletionResponse(**x.head, usage=x.usage(a.last), metrics=x.metrics(a.last), choices=[
         CompletionChoice(text=a.reasoning + a.text, finish_reason=a.last.finish_reason)]),
     events=_choice_events(CompletionChunk, lambda x, d: CompletionStreamChoice(text=d.reasoning + d.text,
                                                                                finish_reason=d.finish_reason)),
@@ -219,7 +270,7 @@ CHAT = APIStyle(
     id_prefix="chatcmpl-", prompt_param="messages",
     prepare=lambda engine, body: _prepare_messages(
         engine, [{"role": m.role, "content": m.text()} for m in body.messages], "messages"),
-    respond=lambda x, a: ChatCompletionResponse(**x.head, usage=x.usage(a.last), choices=[
+    respond=lambda x, a: ChatCompletionResponse(**x.head, usage=x.usage(a.last), metrics=x.metrics(a.last), choices=[
         ChatCompletionChoice(message=_chat_message(x, a), finish_reason=a.last.finish_reason)]),
     events=_choice_events(ChatCompletionChunk, lambda x, d: ChatCompletionStreamChoice(
         delta=_chat_delta(x, d), finish_reason=d.finish_reason),
@@ -234,8 +285,9 @@ CHAT = APIStyle(
 def _response(x: Exchange, status: str, output: list | None = None, usage: GenerationDelta | None = None,
               error: str = "") -> ResponseObject:
     body: ResponsesRequest = x.body  # type: ignore[assignment]
-    usage_info = None
-    if usage is not None:
+    usage_info = metrics = None
+    if usage is not None:  # a finished response: its usage and, as vLLM's, its per-request metrics
+        metrics = x.metrics(usage)
         prompt_tokens = len(x.prompt.token_ids)
         usage_info = ResponseUsage(
             input_tokens=prompt_tokens, output_tokens=usage.completion_tokens,
@@ -246,7 +298,8 @@ def _response(x: Exchange, status: str, output: list | None = None, usage: Gener
         error=ResponseError(code="server_error", message=error) if error else None,
         incomplete_details=IncompleteDetails(reason="max_output_tokens") if status == "incomplete" else None,
         instructions=body.instructions, max_output_tokens=body.max_output_tokens, output=output or [],
-        temperature=body.temperature, top_p=body.top_p, usage=usage_info, metadata=body.metadata or {})
+        temperature=body.temperature, top_p=body.top_p, usage=usage_info, metadata=body.metadata or {},
+        metrics=metrics)
 
 
 def _final_status(last: GenerationDelta) -> str:
@@ -371,17 +424,21 @@ RESPONSES = APIStyle(
 
 
 async def serve_generation(style: APIStyle, body: SamplingFields, request: Request):
-    """Check, prepare, generate; answer as one JSON body or as an SSE stream."""
-    started = time.perf_counter()
+    """Check, prepare, generate; answer as one JSON body or as an SSE stream.
+
+    The response ``id`` is the style's prefix and the request's id (its ``X-Request-Id``, see
+    :class:`RequestIdMiddleware`); ``timing.received`` is stamped here, on the parsed request.
+    """
+    timing = RequestTiming(received=time.monotonic())
     engine: Engine = request.app.state.engine
     _check_request(engine, body)
     prompt, budget = _prepare(engine, style, body)
     params = _sampling_params(body, budget)
-    head = {"id": f"{style.id_prefix}{uuid.uuid4().hex}", "created": int(time.time()),
-            "model": engine.served_model_name}
-    exchange = Exchange(head, prompt, body, engine.reasons, engine.reasoning_field)
-    generation = request.app.state.metrics.timed(engine.generate(head["id"], prompt, params),
-                                                 engine.served_model_name, started)
+    request_id = getattr(request.state, "request_id", None) or uuid.uuid4().hex
+    head = {"id": f"{style.id_prefix}{request_id}", "created": int(time.time()), "model": engine.served_model_name}
+    exchange = Exchange(head, prompt, body, engine.reasons, engine.reasoning_field, timing)
+    generation = request.app.state.metrics.timed(engine.generate(head["id"], prompt, params, timing),
+                                                 engine.served_model_name, timing.received)
     if body.stream:
         return _sse_response(style.events(exchange, generation), generation)
     return style.respond(exchange, await _collect(request, generation))
@@ -503,8 +560,10 @@ def create_app(settings: ServerSettings | None = None, engine: Engine | None = N
 
     if settings.api_key:
         app.add_middleware(APIKeyMiddleware, api_key=settings.api_key)
-    # Added last, so outermost: every request's body is bounded before anything else reads it.
+    # Outside the others: every request's body is bounded before anything reads it (RequestLimits), and every
+    # answer, errors included, carries the request's id (RequestIdMiddleware, which reads headers only).
     app.add_middleware(RequestLimits, max_body_bytes=settings.max_body_bytes, body_timeout_s=settings.body_timeout_s)
+    app.add_middleware(RequestIdMiddleware)
 
     @app.get("/health")
     async def health(request: Request) -> dict:

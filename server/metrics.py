@@ -79,14 +79,14 @@ class ServerMetrics:
 
     async def timed(self, generation: AsyncIterator[GenerationDelta], model_name: str,
                     started: float) -> AsyncIterator[GenerationDelta]:
-        """``generation``, observing the time from ``started`` (``time.perf_counter()``) to its first delta, its
+        """``generation``, observing the time from ``started`` (``time.monotonic()``) to its first delta, its
         tokens as they come, and how it ended."""
         tokens, reason = self.tokens.labels(model_name), "abort"
         try:
             first, counted = True, 0
             async for delta in generation:
                 if first:
-                    self.ttft.labels(model_name).observe(time.perf_counter() - started)
+                    self.ttft.labels(model_name).observe(time.monotonic() - started)
                     first = False
                 tokens.inc(max(delta.completion_tokens - counted, 0))
                 counted = max(counted, delta.completion_tokens)

@@ -74,6 +74,21 @@ class UsageInfo(OpenAIBaseModel):
     completion_tokens_details: CompletionTokensDetails | None = Field(default=None, exclude_if=_is_none)
 
 
+class PerRequestMetrics(OpenAIBaseModel):
+    """vLLM's per-request timing (``--enable-per-request-metrics``), in milliseconds, plus ``frontend_time_ms``.
+
+    Computed by :meth:`server.engines.base.RequestTiming.metrics_ms`; None where a stage was not reached.
+    """
+
+    time_to_first_token_ms: float | None = None
+    generation_time_ms: float | None = None
+    queue_time_ms: float | None = None
+    mean_itl_ms: float | None = None
+    tokens_per_second: float | None = None
+    #: Not in vLLM: from the route handler starting on the parsed request to the engine taking it.
+    frontend_time_ms: float | None = None
+
+
 PositiveInt = Annotated[int, Field(ge=1)]
 #: The range ``torch.Generator.manual_seed`` accepts.
 Seed = Annotated[int, Field(ge=-(2**63), le=2**64 - 1)]
@@ -188,6 +203,7 @@ class CompletionResponse(OpenAIBaseModel):
     model: str
     choices: list[CompletionChoice]
     usage: UsageInfo | None = None
+    metrics: PerRequestMetrics | None = Field(default=None, exclude_if=_is_none)
 
 
 class CompletionStreamChoice(OpenAIBaseModel):
@@ -206,6 +222,8 @@ class CompletionChunk(OpenAIBaseModel):
     model: str
     choices: list[CompletionStreamChoice]
     usage: UsageInfo | None = None
+    #: On the final usage chunk only (``choices: []``), as vLLM sends it.
+    metrics: PerRequestMetrics | None = Field(default=None, exclude_if=_is_none)
 
 
 # --------------------------------------------------------------------------- chat completions
@@ -276,6 +294,7 @@ class ChatCompletionResponse(OpenAIBaseModel):
     model: str
     choices: list[ChatCompletionChoice]
     usage: UsageInfo
+    metrics: PerRequestMetrics | None = Field(default=None, exclude_if=_is_none)
 
 
 class DeltaMessage(OpenAIBaseModel):
@@ -301,6 +320,8 @@ class ChatCompletionChunk(OpenAIBaseModel):
     model: str
     choices: list[ChatCompletionStreamChoice]
     usage: UsageInfo | None = None
+    #: On the final usage chunk only (``choices: []``), as vLLM sends it.
+    metrics: PerRequestMetrics | None = Field(default=None, exclude_if=_is_none)
 
 
 # --------------------------------------------------------------------------- the Responses API
@@ -447,6 +468,8 @@ class ResponseObject(OpenAIBaseModel):
     truncation: str = "disabled"
     usage: ResponseUsage | None = None
     metadata: dict[str, str] = Field(default_factory=dict)
+    #: On the finished response only (the sync body, the stream's last event), as vLLM sends it.
+    metrics: PerRequestMetrics | None = Field(default=None, exclude_if=_is_none)
 
 
 class ResponseLifecycleEvent(OpenAIBaseModel):

@@ -5,13 +5,16 @@ An engine turns a prepared prompt and sampling settings into a stream of
 layer never knows which engine it talks to. Engines that compute on a worker
 thread (the naive and batched engines) push deltas through a
 :class:`GenerationJob`, which bridges the thread to the asyncio event loop and
-carries the cancellation flag set when a client goes away.
+carries the cancellation flag set when a client goes away. Every engine stamps
+the same :class:`RequestTiming` as a request passes its stages; the HTTP layer
+turns it into the per-request ``metrics`` (:meth:`RequestTiming.metrics_ms`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Literal
@@ -75,13 +78,63 @@ class EngineLoad:
 
 
 @dataclass
+class RequestTiming:
+    """When one request passed each stage, in ``time.monotonic()`` seconds (None: not reached).
+
+    ``received`` is stamped by the HTTP layer (its handler starts on the parsed
+    request); the engine stamps the rest: ``queued`` when :meth:`Engine.generate`
+    takes the request, ``scheduled`` when the engine starts it (the worker starts
+    its prefill; the mock: its slot is free), and ``first_token`` / ``last_token``
+    as tokens are produced (before the delta that carries them is handed out).
+    """
+
+    received: float | None = None
+    queued: float | None = None
+    scheduled: float | None = None
+    first_token: float | None = None
+    last_token: float | None = None
+
+    def mark_queued(self) -> None:
+        self.queued = time.monotonic()
+
+    def mark_scheduled(self) -> None:
+        self.scheduled = time.monotonic()
+
+    def mark_token(self) -> None:
+        """A token (or a chunk of tokens sent together) was produced now."""
+        now = time.monotonic()
+        if self.first_token is None:
+            self.first_token = now
+        self.last_token = now
+
+    def metrics_ms(self, tokens: int) -> dict[str, float | None]:
+        """vLLM's per-request timing metrics (``build_per_request_timing_metrics``), their formulas and names, for
+        ``tokens`` generated tokens, plus ``frontend_time_ms`` (received -> queued); None where a stamp is missing."""
+
+        def span(start: float | None, end: float | None) -> float | None:
+            return None if start is None or end is None else (end - start) * 1000.0
+
+        decode = span(self.first_token, self.last_token)
+        inference = span(self.scheduled, self.last_token)
+        return {
+            "time_to_first_token_ms": span(self.scheduled, self.first_token),
+            "generation_time_ms": decode,
+            "queue_time_ms": span(self.queued, self.scheduled),
+            "mean_itl_ms": decode / (tokens - 1) if decode is not None and tokens > 1 else None,
+            "tokens_per_second": tokens / inference * 1000.0 if inference is not None and inference > 0 else None,
+            "frontend_time_ms": span(self.received, self.queued),
+        }
+
+
+@dataclass
 class GenerationJob:
-    """One request in flight: its inputs, its output queue and its cancellation flag."""
+    """One request in flight: its inputs, its output queue, its cancellation flag and its timing."""
 
     request_id: str
     prompt: PreparedPrompt
     params: SamplingParams
     loop: asyncio.AbstractEventLoop
+    timing: RequestTiming = field(default_factory=RequestTiming)
     queue: asyncio.Queue = field(default_factory=asyncio.Queue)
     cancelled: threading.Event = field(default_factory=threading.Event)
 
@@ -135,9 +188,10 @@ class Engine(ABC):
         """Render chat messages with the model's chat template and tokenise them."""
 
     @abstractmethod
-    async def generate(self, request_id: str, prompt: PreparedPrompt,
-                       params: SamplingParams) -> AsyncIterator[GenerationDelta]:
-        """Stream the generation of ``prompt``; closing the iterator cancels it at once."""
+    async def generate(self, request_id: str, prompt: PreparedPrompt, params: SamplingParams,
+                       timing: RequestTiming | None = None) -> AsyncIterator[GenerationDelta]:
+        """Stream the generation of ``prompt``, stamping ``timing`` as it goes (see :class:`RequestTiming`); closing
+        the iterator cancels it at once."""
         yield GenerationDelta("", 0)  # pragma: no cover - for type checkers
 
     def check_fits(self, prompt: PreparedPrompt, max_tokens: int | None) -> int:

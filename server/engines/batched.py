@@ -2,11 +2,11 @@
 
 One worker thread loops over iterations: admit waiting requests (up to
 ``max_num_seqs`` running, at most ``prefill_token_budget`` prompt tokens per
-iteration), prefill each alone, then run one decode step for every running
-request at once; finished or cancelled requests leave right after the step.
-Per-request sampling, seeds, stop strings, ``min_tokens``, ``ignore_eos``,
-streaming and cancellation are the naive engine's, through the same
-:class:`~server.engines.sequence.SequenceState`.
+iteration), prefill each alone (the naive engine's ``_prefill``), then run one
+decode step for every running request at once; finished or cancelled requests
+leave right after the step. Per-request sampling, seeds, stop strings,
+``min_tokens``, ``ignore_eos``, streaming, cancellation and timing are the naive
+engine's, through the same :class:`~server.engines.sequence.Decoding`.
 
 The batch's keys and values live in :class:`SlotKVCache`, one slot per running
 request, freed whenever the engine goes idle. Decode steps use weights packed
@@ -23,7 +23,6 @@ import logging
 import queue
 import threading
 from collections import deque
-from dataclasses import dataclass
 
 import torch
 from transformers import AttentionInterface, Cache, DynamicCache
@@ -33,7 +32,7 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from server.engines.base import EngineLoad, GenerationJob
 from server.engines.naive import NaiveEngine
-from server.engines.sequence import SequenceState, request_generator, sample_next_token
+from server.engines.sequence import Decoding
 
 log = logging.getLogger(__name__)
 
@@ -265,16 +264,6 @@ class SlotKVCache(Cache):
 # --------------------------------------------------------------------------- the engine
 
 
-@dataclass
-class _Running:
-    """A request in the batch: its job, its decoding state and its random generator."""
-
-    job: GenerationJob
-    state: SequenceState
-    generator: torch.Generator | None
-    last_token: int
-
-
 class BatchedEngine(NaiveEngine):
     """transformers with continuous batching: up to ``max_num_seqs`` requests decode together.
 
@@ -295,7 +284,7 @@ class BatchedEngine(NaiveEngine):
         self.prepack_weights = prepack_weights
         self.packed_layers = 0  # linear layers whose weights are in oneDNN's layout (``/health``)
         self.cache: SlotKVCache | None = None
-        self.running: list[_Running] = []
+        self.running: list[Decoding] = []
         self.waiting: deque[GenerationJob] = deque()  # taken from the job queue, not yet admitted
         self.steps = 0  # decode steps run so far
         self.peak_batch = 0  # most sequences decoded together so far
@@ -373,28 +362,18 @@ class BatchedEngine(NaiveEngine):
             job = self.waiting.popleft()
             spent += cost
             try:
-                self._prefill(job)
+                self._join(job)
             except Exception as exc:  # report to that request, keep serving the others
                 log.exception("prefill failed for %s", job.request_id)
                 job.emit(exc)
 
-    def _prefill(self, job: GenerationJob) -> None:
-        """Run the prompt alone (as the naive engine does), emit its first token, and join the batch."""
-        hf = self.hf
-        params = job.params
-        generator = request_generator(params)
-        state = SequenceState(hf.tokenizer, job.prompt.token_ids, params, hf.eos_token_ids)
-        prefill = DynamicCache()
-        out = hf.model(input_ids=torch.tensor([job.prompt.token_ids], dtype=torch.long), past_key_values=prefill,
-                       use_cache=True, logits_to_keep=1)
-        token = sample_next_token(out.logits[0, -1], params, generator, state.blocked_token_ids())
-        delta = state.append(token)
-        if delta is not None:
-            job.emit(delta)
-        if state.finished or job.cancelled.is_set():
+    def _join(self, job: GenerationJob) -> None:
+        """Prefill the request alone (the naive engine's :meth:`_prefill`) and add it to the batch."""
+        decoding, prefilled = self._prefill(job)
+        if decoding.done:
             return
-        self.cache.add_row(out.past_key_values)
-        self.running.append(_Running(job, state, generator, token))
+        self.cache.add_row(prefilled)
+        self.running.append(decoding)
         self.peak_batch = max(self.peak_batch, len(self.running))
 
     def _remove(self, index: int) -> None:
@@ -427,13 +406,9 @@ class BatchedEngine(NaiveEngine):
         self.steps += 1
         logits = out.logits[:, -1]
         done = []
-        for index, seq in enumerate(self.running):
-            token = sample_next_token(logits[index], seq.job.params, seq.generator, seq.state.blocked_token_ids())
-            seq.last_token = token
-            delta = seq.state.append(token)
-            if delta is not None:
-                seq.job.emit(delta)
-            if seq.state.finished or seq.job.cancelled.is_set():
+        for index, decoding in enumerate(self.running):
+            decoding.push(logits[index])
+            if decoding.done:
                 done.append(index)
         for index in reversed(done):
             self._remove(index)

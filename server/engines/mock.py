@@ -24,6 +24,14 @@ holds a slot for exactly its service time S = ttft + (max_tokens - 1) x itl,
 with no drift from the event loop, and with constant arrivals of one length
 the server holds exactly K / S requests/s (the runner's capacity test). A
 request cancelled while it waits keeps its slot until its scheduled end.
+
+Its :class:`~server.engines.base.RequestTiming` is measured as on the real
+engines, each stage stamped when the event loop actually reaches it: queued at
+arrival, scheduled when its slot is free (at once without slots), a token when
+its chunk goes out. With one token per chunk at constant speed the figures
+are the schedule's up to the event loop's lateness: queue time its wait for a
+slot, time to first token ``ttft_ms``, generation time
+``(max_tokens - 1) x itl_ms`` (``tests/server/test_server_timing.py``).
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ import random
 import time
 from typing import AsyncIterator
 
-from server.engines.base import Engine, EngineLoad, GenerationDelta, PreparedPrompt, SamplingParams
+from server.engines.base import Engine, EngineLoad, GenerationDelta, PreparedPrompt, RequestTiming, SamplingParams
 from server.engines.hf_model import render_plain_chat
 
 MOCK_WORDS = ("the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "and", "runs", "far")
@@ -60,13 +68,13 @@ class MockEngine(Engine):
         self.running = 0  # generations in flight (``/health``), so tests can see a cancellation
         self.slots = slots  # 0: no limit
         self.waiting = 0  # requests queued for a slot
-        self._free_at = [0.0] * slots  # per slot: when its last scheduled request ends (perf_counter seconds)
+        self._free_at = [0.0] * slots  # per slot: when its last scheduled request ends (monotonic seconds)
         self.speed_period = speed_period_ms / 1000.0
         self.speed_sd, self.speed_seed = speed_sd, speed_seed
-        self.wall_offset = time.time() - time.perf_counter()
+        self.wall_offset = time.time() - time.monotonic()
 
     def slowdown(self, at: float) -> float:
-        """The delay factor of the period holding ``at`` (perf_counter): 1, or a lognormal draw seeded by the seed
+        """The delay factor of the period holding ``at`` (monotonic): 1, or a lognormal draw seeded by the seed
         and the period's index in wall-clock time (servers started apart see one sequence)."""
         if not self.speed_period:
             return 1.0
@@ -86,20 +94,23 @@ class MockEngine(Engine):
     def prepare_chat(self, messages: list[dict]) -> PreparedPrompt:
         return self._prepare(render_plain_chat(messages))
 
-    async def generate(self, request_id: str, prompt: PreparedPrompt,
-                       params: SamplingParams) -> AsyncIterator[GenerationDelta]:
-        start = time.perf_counter()
+    async def generate(self, request_id: str, prompt: PreparedPrompt, params: SamplingParams,
+                       timing: RequestTiming | None = None) -> AsyncIterator[GenerationDelta]:
+        timing = timing if timing is not None else RequestTiming()
+        timing.mark_queued()
+        start = timing.queued
         if self.slots:
             slot = min(range(self.slots), key=self._free_at.__getitem__)
             start = max(start, self._free_at[slot])
             self._free_at[slot] = start + self.ttft + max(0, params.max_tokens - 1) * self.itl
-            delay = start - time.perf_counter()
+            delay = start - time.monotonic()
             if delay > 0:
                 self.waiting += 1
                 try:
                     await asyncio.sleep(delay)
                 finally:
                     self.waiting -= 1
+        timing.mark_scheduled()
         self.running += 1
         total, thinking = params.max_tokens, min(self.reasoning_tokens, params.max_tokens)
         try:
@@ -109,9 +120,10 @@ class MockEngine(Engine):
                 for _ in range(scheduled, last):
                     due += self.itl * self.slowdown(due)
                 scheduled = last
-                delay = due - time.perf_counter()
+                delay = due - time.monotonic()
                 if delay > 0:
                     await asyncio.sleep(delay)
+                timing.mark_token()
                 tokens = range(first, last + 1)
                 yield GenerationDelta(
                     text="".join(" " + MOCK_WORDS[(i - thinking) % len(MOCK_WORDS)] for i in tokens if i >= thinking),

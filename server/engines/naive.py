@@ -14,9 +14,10 @@ import threading
 import uuid
 from typing import AsyncIterator
 
-from server.engines.base import Engine, EngineLoad, GenerationDelta, GenerationJob, PreparedPrompt, SamplingParams
+from server.engines.base import (Engine, EngineLoad, GenerationDelta, GenerationJob, PreparedPrompt, RequestTiming,
+                                 SamplingParams)
 from server.engines.hf_model import HFModel
-from server.engines.sequence import SequenceState, request_generator, sample_next_token
+from server.engines.sequence import Decoding
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +54,11 @@ class NaiveEngine(Engine):
     def prepare_chat(self, messages: list[dict]) -> PreparedPrompt:
         return self.hf.prepare_chat(messages)
 
-    async def generate(self, request_id: str, prompt: PreparedPrompt,
-                       params: SamplingParams) -> AsyncIterator[GenerationDelta]:
-        job = GenerationJob(request_id or uuid.uuid4().hex, prompt, params, asyncio.get_running_loop())
+    async def generate(self, request_id: str, prompt: PreparedPrompt, params: SamplingParams,
+                       timing: RequestTiming | None = None) -> AsyncIterator[GenerationDelta]:
+        job = GenerationJob(request_id or uuid.uuid4().hex, prompt, params, asyncio.get_running_loop(),
+                            timing if timing is not None else RequestTiming())
+        job.timing.mark_queued()
         self._jobs.put(job)
         try:
             async for delta in job.deltas():
@@ -99,27 +102,35 @@ class NaiveEngine(Engine):
             finally:
                 self._active_len = 0
 
-    def _generate(self, job: GenerationJob) -> None:
+    def _prefill(self, job: GenerationJob) -> tuple[Decoding, "DynamicCache"]:
+        """Start a request: run its prompt alone from an empty cache and hand out its first token.
+
+        Returns its :class:`Decoding` and its KV cache (a ``DynamicCache``). Both
+        engines start every request here; they differ only in how they decode.
+        """
         import torch
         from transformers import DynamicCache
 
         hf = self.hf
-        params = job.params
-        generator = request_generator(params)
-        state = SequenceState(hf.tokenizer, job.prompt.token_ids, params, hf.eos_token_ids)
-        input_ids = torch.tensor([job.prompt.token_ids], dtype=torch.long)
-        cache = DynamicCache()
-        self._active_len = len(job.prompt.token_ids)
+        job.timing.mark_scheduled()
+        decoding = Decoding(job, hf.tokenizer, hf.eos_token_ids)
+        out = hf.model(input_ids=torch.tensor([job.prompt.token_ids], dtype=torch.long),
+                       past_key_values=DynamicCache(), use_cache=True, logits_to_keep=1)
+        decoding.push(out.logits[0, -1])
+        return decoding, out.past_key_values
+
+    def _generate(self, job: GenerationJob) -> None:
+        import torch
+
+        prompt_len = len(job.prompt.token_ids)
+        self._active_len = prompt_len
         with torch.inference_mode():
-            while not state.finished:
-                if job.cancelled.is_set():
-                    log.info("request %s cancelled after %d tokens", job.request_id, len(state.token_ids))
-                    return
-                out = hf.model(input_ids=input_ids, past_key_values=cache, use_cache=True)
+            decoding, cache = self._prefill(job)
+            while not decoding.done:
+                self._active_len = prompt_len + len(decoding.state.token_ids)
+                out = self.hf.model(input_ids=torch.tensor([[decoding.last_token]], dtype=torch.long),
+                                    past_key_values=cache, use_cache=True)
                 cache = out.past_key_values
-                token = sample_next_token(out.logits[0, -1], params, generator, state.blocked_token_ids())
-                delta = state.append(token)
-                self._active_len = len(job.prompt.token_ids) + len(state.token_ids)
-                if delta is not None:
-                    job.emit(delta)
-                input_ids = torch.tensor([[token]], dtype=torch.long)
+                decoding.push(out.logits[0, -1])
+        if not decoding.state.finished:
+            log.info("request %s cancelled after %d tokens", job.request_id, len(decoding.state.token_ids))

@@ -6,13 +6,15 @@ multi-byte characters come out right however the tokens split them), finds stop
 strings, and holds back just enough text that a stop string split across two
 steps is never streamed. The deltas it returns concatenate to exactly the final
 text, so a stream and a non-stream response to the same greedy request agree.
+:class:`Decoding` is one request on an engine's worker thread: its state, its
+random generator, and each sampled token stamped and handed to the client.
 """
 
 from __future__ import annotations
 
 import torch
 
-from server.engines.base import GenerationDelta, SamplingParams
+from server.engines.base import GenerationDelta, GenerationJob, SamplingParams
 
 
 class IncrementalDetokenizer:
@@ -126,3 +128,27 @@ def sample_next_token(logits: torch.Tensor, params: SamplingParams, generator: t
         choice = torch.multinomial(sorted_probs / sorted_probs.sum(), 1, generator=generator)
         return int(sorted_ids[choice])
     return int(torch.multinomial(probs, 1, generator=generator))
+
+
+class Decoding:
+    """One request being decoded on a worker thread: its job, :class:`SequenceState` and random generator."""
+
+    def __init__(self, job: GenerationJob, tokenizer, eos_token_ids: frozenset[int]):
+        self.job = job
+        self.state = SequenceState(tokenizer, job.prompt.token_ids, job.params, eos_token_ids)
+        self.generator = request_generator(job.params)
+        self.last_token = -1
+
+    @property
+    def done(self) -> bool:
+        """Finished, or cancelled by its client."""
+        return self.state.finished or self.job.cancelled.is_set()
+
+    def push(self, logits: torch.Tensor) -> None:
+        """Sample the next token from one row of logits, stamp it, and hand out the text it releases."""
+        token = sample_next_token(logits, self.job.params, self.generator, self.state.blocked_token_ids())
+        self.last_token = token
+        delta = self.state.append(token)
+        self.job.timing.mark_token()
+        if delta is not None:
+            self.job.emit(delta)

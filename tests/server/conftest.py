@@ -1,4 +1,5 @@
-"""Fixtures of the basic-server tests: one mock server with known timings, and the real tokenizer.
+"""Fixtures of the basic-server tests: one mock server with known timings, one batched server on the embedded
+model, and the real tokenizer.
 
 ``real_server`` (one naive server on the embedded model) comes from the
 top-level conftest and is shared with the other test folders.
@@ -12,19 +13,25 @@ import pytest
 
 from llmload.core.services import ServiceProcess, free_port
 from llmload.targets.basic import basic_server_command
-from server_client import MOCK_ITL_MS, MOCK_MAX_MODEL_LEN, MOCK_TTFT_MS
+from server_client import MOCK_ITL_MS, MOCK_MAX_MODEL_LEN, MOCK_TTFT_MS, SLOTTED_MOCK
+
+
+def serve(tmp_path_factory, name: str, engine: str, *flags: str, model: str | None = None,
+          timeout: float = 60) -> Iterator[str]:
+    """Run a server with ``flags`` for a fixture: yields its base URL, stops it after."""
+    port = free_port()
+    command = basic_server_command(engine, port, model=model, extra=[*flags, "--log-level", "warning"])
+    proc = ServiceProcess(name, command, f"http://127.0.0.1:{port}/health",
+                          tmp_path_factory.mktemp(name.replace(" ", "-")) / "server.log")
+    proc.start()
+    proc.wait_ready(timeout)
+    yield f"http://127.0.0.1:{port}"
+    proc.stop()
 
 
 def serve_mock(tmp_path_factory, name: str, *flags: str) -> Iterator[str]:
     """Run a mock-engine server with ``flags`` for a fixture: yields its base URL, stops it after."""
-    port = free_port()
-    command = basic_server_command("mock", port, extra=[*flags, "--log-level", "warning"])
-    proc = ServiceProcess(name, command, f"http://127.0.0.1:{port}/health",
-                          tmp_path_factory.mktemp(name.replace(" ", "-")) / "server.log")
-    proc.start()
-    proc.wait_ready(60)
-    yield f"http://127.0.0.1:{port}"
-    proc.stop()
+    yield from serve(tmp_path_factory, name, "mock", *flags)
 
 
 @pytest.fixture(scope="session")
@@ -42,9 +49,24 @@ def reasoning_mock(tmp_path_factory) -> Iterator[str]:
                           "--mock-tokens-per-chunk", "2")
 
 
+@pytest.fixture(scope="module")
+def slotted_mock(tmp_path_factory) -> Iterator[str]:
+    """A mock of known capacity: ``SLOTTED_MOCK`` (2 slots, TTFT 60 ms, ITL 10 ms)."""
+    slots, ttft_ms, itl_ms = SLOTTED_MOCK
+    yield from serve_mock(tmp_path_factory, "slotted mock", "--mock-slots", str(slots), "--mock-ttft-ms", str(ttft_ms),
+                          "--mock-itl-ms", str(itl_ms))
+
+
 @pytest.fixture(scope="session")
 def hf_tokenizer(default_model):
     """The embedded model's own tokenizer, to count tokens independently of the server."""
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(default_model)
+
+
+@pytest.fixture(scope="session")
+def batched_url(default_model, tmp_path_factory) -> Iterator[str]:
+    """One ``--engine batched --max-num-seqs 4`` server on the embedded model (one torch thread) for the session."""
+    yield from serve(tmp_path_factory, "batched server", "batched", "--max-model-len", "2048", "--max-num-seqs", "4",
+                     "--threads", "1", model=default_model, timeout=300)

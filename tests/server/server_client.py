@@ -16,12 +16,20 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from llmload.core.sse import iter_events
+
 DONE_EVENT = "data: [DONE]\n\n"
 
 #: The session mock server's schedule and context (small, so context errors need no big request).
 MOCK_TTFT_MS = 100.0
 MOCK_ITL_MS = 10.0
 MOCK_MAX_MODEL_LEN = 64
+#: The ``slotted_mock`` server's schedule: (slots, TTFT ms, ITL ms).
+SLOTTED_MOCK = (2, 60.0, 10.0)
+
+#: The per-request ``metrics`` object's fields, in order: vLLM's five, then the basic server's ``frontend_time_ms``.
+METRICS_FIELDS = ["time_to_first_token_ms", "generation_time_ms", "queue_time_ms", "mean_itl_ms", "tokens_per_second",
+                  "frontend_time_ms"]
 
 
 @dataclass
@@ -49,6 +57,11 @@ class StreamResult:
         """The usage of the final ``choices: []`` chunk (include_usage), or None."""
         last = self.chunks[-1]
         return last["usage"] if not last["choices"] else None
+
+    def metrics(self) -> dict | None:
+        """The per-request ``metrics`` of the final ``choices: []`` chunk (include_usage), or None."""
+        last = self.chunks[-1]
+        return last.get("metrics") if not last["choices"] else None
 
 
 def split_sse(raw: str) -> list[dict]:
@@ -93,6 +106,23 @@ def response_text(response: dict) -> str:
     """The generated text of a non-streamed completion or chat completion."""
     choice = response["choices"][0]
     return choice["text"] if "text" in choice else choice["message"]["content"]
+
+
+def responses_stream(base_url: str, body: dict, headers: dict | None = None,
+                     timeout: float = 60) -> tuple[list[dict], list[float]]:
+    """The events of a streamed response (checked: each names its type on its ``event:`` line) and when each
+    arrived (seconds from the request)."""
+    events, arrivals = [], []
+    start = time.monotonic()
+    with httpx.stream("POST", base_url + "/v1/responses", json={**body, "stream": True}, headers=headers,
+                      timeout=timeout) as resp:
+        assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/event-stream")
+        for event in iter_events(line + "\n" for line in resp.iter_lines()):
+            data = event.json()
+            assert event.event == data["type"], (event.event, data["type"])
+            events.append(data)
+            arrivals.append(time.monotonic() - start)
+    return events, arrivals
 
 
 def open_raw_request(base_url: str, path: str, body: dict, headers: dict | None = None) -> socket.socket:

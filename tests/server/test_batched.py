@@ -27,8 +27,6 @@ import pytest
 from server_client import (open_raw_request, post_ok, read_until_events, response_text, sample_while, scrape,
                            stream)
 
-from llmload.core.services import ServiceProcess, free_port
-from llmload.targets.basic import basic_server_command
 from server.engines.base import SamplingParams
 
 pytestmark = pytest.mark.model
@@ -265,20 +263,6 @@ def test_rejects_a_batch_cap_below_one(default_model):
 
 
 # --------------------------------------------------------------------------- through the HTTP server
-
-
-@pytest.fixture(scope="module")
-def batched_url(default_model, tmp_path_factory):
-    """One ``--engine batched --max-num-seqs 4`` server for the HTTP tests of this module."""
-    port = free_port()
-    log = tmp_path_factory.mktemp("batched-server") / "server.log"
-    command = basic_server_command("batched", port, model=default_model,
-                                   extra=["--max-model-len", "2048", "--max-num-seqs", "4", "--threads", "1"])
-    proc = ServiceProcess("batched server", command, f"http://127.0.0.1:{port}/health", log)
-    proc.start()
-    proc.wait_ready(300)
-    yield f"http://127.0.0.1:{port}"
-    proc.stop()
 
 
 def in_threads(calls) -> list:

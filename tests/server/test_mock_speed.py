@@ -21,7 +21,7 @@ def engine(**kw) -> MockEngine:
 
 
 def test_the_speed_is_constant_unless_a_period_is_set():
-    assert engine().slowdown(time.perf_counter()) == 1.0
+    assert engine().slowdown(time.monotonic()) == 1.0
     assert ServerSettings().mock_speed_period_ms == 0.0
     settings = ServerSettings.from_env({"LLMLOAD_MOCK_SPEED_PERIOD_MS": "500", "LLMLOAD_MOCK_SPEED_SD": "0.2"})
     assert (settings.mock_speed_period_ms, settings.mock_speed_sd, settings.mock_speed_seed) == (500.0, 0.2, 0)
@@ -29,7 +29,7 @@ def test_the_speed_is_constant_unless_a_period_is_set():
 
 def test_the_factor_is_piecewise_constant_seeded_and_lognormal():
     mock = engine(speed_period_ms=100.0, speed_sd=0.3, speed_seed=7)
-    start = math.ceil(time.perf_counter() + mock.wall_offset) - mock.wall_offset + 0.005  # just past a boundary
+    start = math.ceil(time.monotonic() + mock.wall_offset) - mock.wall_offset + 0.005  # just past a boundary
     within = [mock.slowdown(start + 0.1 * k + 0.01 * j) for k in range(3) for j in range(9)]
     assert all(len(set(within[9 * k:9 * k + 9])) == 1 for k in range(3))  # one factor per period
     logs = np.log([mock.slowdown(start + 0.1 * k + 0.05) for k in range(2000)])
@@ -46,11 +46,11 @@ def test_delays_scale_with_the_factor_of_their_period():
     mock = engine(speed_period_ms=2000.0, speed_sd=0.5, speed_seed=3)
 
     async def timings():
-        start = time.perf_counter()
+        start = time.monotonic()
         factor = mock.slowdown(start)
-        times = [time.perf_counter() - start async for _ in mock.generate("r", mock.prepare_completion("hi"),
+        times = [time.monotonic() - start async for _ in mock.generate("r", mock.prepare_completion("hi"),
                                                                            SamplingParams(max_tokens=4))]
-        return factor, times, mock.slowdown(time.perf_counter())
+        return factor, times, mock.slowdown(time.monotonic())
 
     for _ in range(5):  # a request that crossed a period boundary is retried
         factor, times, after = asyncio.run(timings())

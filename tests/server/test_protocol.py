@@ -16,7 +16,8 @@ import pytest
 
 from server.engines.hf_model import render_plain_chat
 from server.engines.mock import MOCK_WORDS
-from server_client import MOCK_ITL_MS, MOCK_MAX_MODEL_LEN, MOCK_TTFT_MS, post_ok, response_text, stream
+from server_client import (METRICS_FIELDS, MOCK_ITL_MS, MOCK_MAX_MODEL_LEN, MOCK_TTFT_MS, post_ok, response_text,
+                           stream)
 
 pytestmark = pytest.mark.integration
 
@@ -50,7 +51,9 @@ def test_health_and_models(mock_url):
 def test_completion_response_is_exactly_openai_shaped(mock_url):
     before = int(time.time())
     body = post_ok(mock_url, "/v1/completions", {"model": "mock", "prompt": PROMPT, "max_tokens": 5})
-    assert list(body) == ["id", "object", "created", "model", "choices", "usage"]
+    # metrics: vLLM's per-request timing (--enable-per-request-metrics), always on here (test_server_timing.py)
+    assert list(body) == ["id", "object", "created", "model", "choices", "usage", "metrics"]
+    assert list(body["metrics"]) == METRICS_FIELDS
     assert body["id"].startswith("cmpl-") and body["object"] == "text_completion"
     assert before <= body["created"] <= time.time() + 1 and body["model"] == "mock"
     assert body["choices"] == [{"index": 0, "text": mock_text(5), "logprobs": None, "finish_reason": "length"}]
@@ -61,7 +64,8 @@ def test_completion_response_is_exactly_openai_shaped(mock_url):
 
 def test_chat_response_is_exactly_openai_shaped(mock_url):
     body = post_ok(mock_url, "/v1/chat/completions", {"model": "mock", "messages": CHAT, "max_tokens": 4})
-    assert list(body) == ["id", "object", "created", "model", "choices", "usage"]
+    assert list(body) == ["id", "object", "created", "model", "choices", "usage", "metrics"]
+    assert list(body["metrics"]) == METRICS_FIELDS
     assert body["id"].startswith("chatcmpl-") and body["object"] == "chat.completion"
     assert body["choices"] == [{"index": 0, "message": {"role": "assistant", "content": mock_text(4)},
                                 "logprobs": None, "finish_reason": "length"}]
@@ -118,8 +122,8 @@ def test_include_usage_adds_a_final_usage_chunk(mock_url, endpoint):
     result = stream(mock_url, path, {**request, "stream_options": {"include_usage": True}})
     *content, last = result.chunks
     assert all(chunk["usage"] is None for chunk in content)  # OpenAI: null on every other chunk
-    assert last["choices"] == []
-    assert last["id"] == content[0]["id"]
+    assert last["choices"] == [] and list(last) == ["id", "object", "created", "model", "choices", "usage", "metrics"]
+    assert last["id"] == content[0]["id"] and list(last["metrics"]) == METRICS_FIELDS
     plain = post_ok(mock_url, path, request)
     assert last["usage"] == plain["usage"]
     assert plain["usage"]["completion_tokens"] == 4

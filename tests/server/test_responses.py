@@ -12,16 +12,14 @@ tokens per chunk shows each chunk's running count (``continuous_usage_stats``).
 from __future__ import annotations
 
 import json
-import time
 
 import httpx
 import openai
 import pytest
 
-from llmload.core.sse import iter_events
 from server.engines.hf_model import render_plain_chat
 from server.engines.mock import MOCK_REASONING_WORDS, MOCK_WORDS
-from server_client import MOCK_MAX_MODEL_LEN, MOCK_TTFT_MS, post, post_ok, stream
+from server_client import MOCK_MAX_MODEL_LEN, MOCK_TTFT_MS, post, post_ok, responses_stream, stream
 
 pytestmark = pytest.mark.integration
 
@@ -38,21 +36,6 @@ def reasoning_text(tokens: int) -> str:
 
 def prompt_tokens(messages: list[dict]) -> int:
     return len(render_plain_chat(messages).split())
-
-
-def responses_stream(base_url: str, body: dict, timeout: float = 60) -> tuple[list[dict], list[float]]:
-    """The events of a streamed response (checked: each names its type on its ``event:`` line) and when each
-    arrived (seconds from the request)."""
-    events, arrivals = [], []
-    start = time.perf_counter()
-    with httpx.stream("POST", base_url + "/v1/responses", json={**body, "stream": True}, timeout=timeout) as resp:
-        assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/event-stream")
-        for event in iter_events(line + "\n" for line in resp.iter_lines()):
-            data = event.json()
-            assert event.event == data["type"], (event.event, data["type"])
-            events.append(data)
-            arrivals.append(time.perf_counter() - start)
-    return events, arrivals
 
 
 def test_sync_text_input_is_openai_shaped(mock_url):
