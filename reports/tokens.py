@@ -16,6 +16,7 @@ from pathlib import Path
 from llmload.core.metrics import RequestResult
 from llmload.core.model_store import DEFAULT_MODEL_NAME, default_model_dir, is_materialised
 from llmload.core.wire import USAGE_ZERO
+from llmload.tasks.tokens import TokenCounter
 from reports.run import ReportError, RunData
 
 #: A server is flagged when more than this share of its requests disagree with the tokenizer (AIPerf's threshold)
@@ -31,15 +32,14 @@ class Tokenizer:
     """A loaded tokenizer and where it came from."""
 
     name: str
-    tokenizer: object
+    counter: TokenCounter
 
     def count(self, texts: list[str]) -> list[int]:
         """Token counts of ``texts`` without special tokens (one batch call over the distinct texts)."""
         distinct = sorted(set(texts))
         if not distinct:
             return []
-        ids = self.tokenizer(distinct, add_special_tokens=False)["input_ids"]
-        counts = {text: len(i) for text, i in zip(distinct, ids)}
+        counts = dict(zip(distinct, self.counter.text_tokens(distinct)))
         return [counts[t] for t in texts]
 
 
@@ -55,16 +55,11 @@ def tokenizer_folder(manifest: dict) -> Path | None:
 
 
 def load_tokenizer(spec: str | Path) -> Tokenizer:
-    """``transformers.AutoTokenizer`` of a folder or id; :class:`ReportError` (one line) when it cannot load."""
+    """The tokenizer of a folder or id (:class:`TokenCounter`); :class:`ReportError` (one line) when it cannot load."""
     try:
-        from transformers import AutoTokenizer
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.set_verbosity_error()
-        return Tokenizer(str(spec), AutoTokenizer.from_pretrained(str(spec)))
-    except Exception as exc:  # transformers raises OSError, ValueError, HF errors...
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
-        raise ReportError(f"--tokenizer {spec}: cannot load a tokenizer ({first})") from None
+        return Tokenizer(str(spec), TokenCounter.open(str(spec)))
+    except ValueError as exc:
+        raise ReportError(f"--tokenizer {spec}: cannot load a tokenizer ({exc})") from None
 
 
 def find_tokenizer(manifest: dict, requested: str | None, enabled: bool = True) -> tuple[Tokenizer | None, str]:
