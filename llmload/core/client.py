@@ -25,6 +25,7 @@ from typing import Callable, Sequence
 
 import gevent
 
+from llmload.core.apis import GenerationParams, build_body
 from llmload.core.cancel import CancelPoint
 from llmload.core.defaults import REQUEST_TIMEOUT_S
 from llmload.core.metrics import RequestResult
@@ -32,11 +33,9 @@ from llmload.core.records import PromptRecord
 from llmload.core.transport import HTTPTransport, LineResponse, TransportError
 from llmload.core.wire import (
     MODELS_PATH,
-    GenerationParams,
     Outcome,
     StreamReader,
     WireError,
-    build_body,
     encode_body,
     first_model_id,
     http_error_message,
@@ -131,6 +130,7 @@ class LLMClient:
         ``cancel``: close the connection at that point (the result is ``cancelled``, with what arrived until then),
         unless the answer is complete first."""
         payload = encode_body(build_body(record, self.params, model, messages))
+        path = self.params.path
         accept = "text/event-stream" if self.params.stream else "application/json"
         response: LineResponse | None = None
         status = 0
@@ -143,16 +143,16 @@ class LLMClient:
         try:
             with gevent.Timeout(self.timeout, RequestTimeout):
                 timer.sent()
-                response = self.transport.send("POST", self.params.path, payload, accept=accept)
+                response = self.transport.send("POST", path, payload, accept=accept)
                 status = response.status_code
                 if status != 200:
                     body, end = response.read()
-                    outcome = Outcome(error=http_error_message(status, body, self.params.path))
+                    outcome = Outcome(error=http_error_message(status, body, path))
                 elif self.params.stream:
                     outcome, end, cancelled = self._read_stream(response, t0, timer)
                 else:
                     body, end = response.read()
-                    outcome = read_body(self.params.api, body)
+                    outcome = read_body(self.params.style, body)
         except Cancelled:  # before the stream (or the whole sync body) came
             end, outcome, cancelled = time.perf_counter(), Outcome(), True
         except RequestTimeout:
@@ -184,7 +184,7 @@ class LLMClient:
                      timer: CancelTimer) -> tuple[Outcome, float, bool]:
         """Read an SSE body to its end or its cancel point; return the outcome, the ``perf_counter`` time the stream
         ended and whether the client cancelled it (the outcome then holds what arrived, and no error)."""
-        reader = StreamReader(self.params.api)
+        reader = StreamReader(self.params.style)
         end = time.perf_counter()
         watch = timer.watches_stream  # looked up once: the per-read work stays as it was without a cancel point
         try:

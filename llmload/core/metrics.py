@@ -58,7 +58,6 @@ from llmload.core.cliargs import parse_duration
 from llmload.core.records import known_fields
 
 MODES = ("sync", "stream")
-APIS = ("completion", "chat", "responses")
 
 
 #: Encodes a RequestResult for the raw log (its fields in order).

@@ -9,7 +9,7 @@ from geventhttpclient.client import HTTPClientPool
 from fault_server import SPLIT, SPLIT_GAP, TOKENS, start_in_thread
 from llmload.core.client import LLMClient
 from llmload.core.transport import HTTPTransport
-from llmload.core.wire import GenerationParams
+from llmload.core.apis import GenerationParams
 from llmload.core.metrics import request_metrics
 from llmload.core.records import PromptRecord
 from llmload.core.services import free_port
