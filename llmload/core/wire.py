@@ -31,6 +31,14 @@ Rules (the same for every server and style):
   error, an unexpected type, a field missing, not JSON) is decoded whole and
   read by the same rules from the dict, which gives every failure its one-line
   message;
+* per-request timing measured by the server (vLLM's ``metrics`` object with
+  ``--enable-per-request-metrics``; the basic server's always): at the top of
+  a sync body, in the stream's final usage chunk (chat, completion) or in the
+  end event's ``response`` (Responses); its numeric fields, in ms as the
+  server named them, go to the outcome's ``server_timing``
+  (:func:`read_server_timing`); one that is not an object or holds a value
+  that is not a finite number >= 0 is dropped and flagged
+  ``server_timing_malformed``, never a failure;
 * error events inside an HTTP 200 stream, a chunk that is not JSON or not of
   its style's shape, and a stream that ends without its style's end
   (``data: [DONE]`` ends every stream) are failures.
@@ -39,9 +47,12 @@ Rules (the same for every server and style):
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from itertools import accumulate
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
+
+import msgspec
 
 from llmload.core.sse import DONE, SSEDecoder, SSEEvent, SSEFormatError
 
@@ -54,6 +65,8 @@ MODELS_PATH = "/v1/models"
 USAGE_ZERO = "usage_zero"
 #: Flag of a stream whose chunks carry several tokens while their counts are unknown (its ITL is per chunk).
 ITL_PER_CHUNK = "itl_per_chunk"
+#: Flag of a response whose per-request timing (``metrics``) was malformed: dropped, the request not failed.
+SERVER_TIMING_MALFORMED = "server_timing_malformed"
 
 
 class WireError(ValueError):
@@ -129,8 +142,9 @@ def text_of(value: object) -> str:
     return value if isinstance(value, str) else ""
 
 
-class Usage(NamedTuple):
-    """A usage object's counts (None where absent), in either API's names."""
+class Usage(msgspec.Struct, gc=False):
+    """A usage object's counts (None where absent), in either API's names (a struct: made for every chunk of a
+    stream with running counts, at a fifth of a NamedTuple's cost)."""
 
     output: int | None = None
     prompt: int | None = None
@@ -152,6 +166,25 @@ def read_usage(usage: object) -> Usage | None:
         reasoning = _int(usage.get("reasoning_tokens"))  # some servers put it beside the totals
     return Usage(output=_int(usage.get("output_tokens" if responses else "completion_tokens")),
                  prompt=_int(usage.get("input_tokens" if responses else "prompt_tokens")), reasoning=reasoning)
+
+
+def read_server_timing(metrics: object) -> tuple[dict[str, float] | None, bool]:
+    """A ``metrics`` object's numeric fields, keyed as the server named them (None: absent, null, or no numeric
+    field), and whether it was malformed (not an object, or a value that is not a finite number >= 0; then
+    None). A null field was not measured and a nested object (vLLM's ``speculative_decoding``) is not a timing:
+    both are left out."""
+    if metrics is None:
+        return None, False
+    if not isinstance(metrics, dict):
+        return None, True
+    timing = {}
+    for key, value in metrics.items():
+        if value is None or isinstance(value, dict):
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            return None, True
+        timing[key] = value
+    return timing or None, False
 
 
 # --------------------------------------------------------------------------- outcomes
@@ -176,6 +209,7 @@ class Outcome:
     chunk_texts: list[str] = field(default_factory=list)  # each output chunk's text (for a tokenizer; not logged)
     flags: list[str] = field(default_factory=list)
     error: str = ""
+    server_timing: dict[str, float] | None = None  # the server's per-request timing (read_server_timing)
 
     @property
     def success(self) -> bool:
@@ -205,7 +239,8 @@ class StreamReader:
     :meth:`feed` returns True once the stream's end has arrived (``data: [DONE]``, or the end event of the
     style) and raises :class:`WireError` for an error event or a malformed chunk. What each event carries is the
     style's handler's to say (:class:`llmload.core.apis.base.APIStyle`): it calls :meth:`record` (or
-    :meth:`take`) for each output chunk, sets :attr:`usage`, and :attr:`done` at its own end event.
+    :meth:`take`) for each output chunk, sets :attr:`usage`, passes the server's ``metrics`` object to
+    :meth:`take_timing`, and sets :attr:`done` at its own end event.
     ``fast=False`` reads every event from its whole dict (the fast path's reference, for the tests).
     """
 
@@ -225,6 +260,8 @@ class StreamReader:
         self.events = 0
         self.done = False
         self.usage = Usage()
+        self.server_timing: dict[str, float] | None = None
+        self.timing_malformed = False
         self._last_offset = 0.0
 
     def feed(self, data: bytes | str, offset: float) -> bool:
@@ -263,6 +300,10 @@ class StreamReader:
         except SSEFormatError as exc:  # "malformed SSE data (not JSON): ..."
             raise WireError(str(exc)) from None
         self._read_event(self, chunk, event, offset)
+
+    def take_timing(self, metrics: object) -> None:
+        """Keep the server's per-request timing (a ``metrics`` object; the last one a stream sends counts)."""
+        self.server_timing, self.timing_malformed = read_server_timing(metrics)
 
     def take(self, piece: Piece, offset: float, running: int | None = None) -> None:
         """Record what ``piece`` carries as an output chunk (see :meth:`record`)."""
@@ -304,7 +345,7 @@ class StreamReader:
                          prompt_tokens=self.usage.prompt, reasoning_tokens=self.usage.reasoning,
                          output_chars=len(output_text), output_text=output_text,
                          reasoning_text="".join(self.reasoning), tool_calls=len(self.tools),
-                         chunk_texts=list(self.texts))
+                         chunk_texts=list(self.texts), server_timing=self.server_timing)
         result.output_tokens, result.output_tokens_source = output_token_count(
             self.usage.output, len(self.token_offsets), result.flags)
         counts = self.chunk_tokens()
@@ -315,6 +356,8 @@ class StreamReader:
             # one token more than chunks is the end-of-sequence token, counted but sent without text
             if result.output_tokens_source == "usage" and result.output_tokens > len(self.token_offsets) + 1:
                 result.flags.append(ITL_PER_CHUNK)
+        if self.timing_malformed:
+            result.flags.append(SERVER_TIMING_MALFORMED)
         if not self.done:
             result.error = (f"stream ended without {self.style.stream_end}" if self.events
                             else "stream ended without any SSE event")
@@ -344,9 +387,13 @@ def read_body(style: APIStyle, body: bytes) -> Outcome:
         flags.append(USAGE_ZERO)
     else:
         source = "usage"
+    timing, malformed = read_server_timing(payload.get("metrics"))
+    if malformed:
+        flags.append(SERVER_TIMING_MALFORMED)
     return Outcome(output_tokens=usage.output, output_tokens_source=source, prompt_tokens=usage.prompt,
                    reasoning_tokens=usage.reasoning, output_chars=len(piece.answer), output_text=piece.answer,
-                   reasoning_text=piece.reasoning, tool_calls=len(piece.tool_ids), flags=flags)
+                   reasoning_text=piece.reasoning, tool_calls=len(piece.tool_ids), flags=flags,
+                   server_timing=timing)
 
 
 def first_model_id(body: bytes) -> str:

@@ -5,8 +5,10 @@ A chunk's first choice carries the output (each style says how:
 :meth:`ChoicesStyle.take_choice`); ``usage`` (asked for with
 ``stream_options.include_usage``) carries the counts, and with
 ``continuous_usage_stats`` (vLLM's; the basic server's too) it rides on every
-chunk with the running ``completion_tokens``. ``data: {"error": ...}`` and a
-chunk without a ``choices`` list are failures.
+chunk with the running ``completion_tokens``. The final usage chunk
+(``choices: []``) carries the server's per-request ``metrics`` where it sends
+them. ``data: {"error": ...}`` and a chunk without a ``choices`` list are
+failures.
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ class _Chunk(msgspec.Struct, gc=False):
     choices: list[TypedChoice] | UnsetType = UNSET
     usage: _Usage | None = None
     error: Any = UNSET
+    metrics: Any = UNSET  # the server's per-request timing (the final usage chunk's): read by read_server_timing
 
 
 _CHUNK = msgspec.json.Decoder(_Chunk)
@@ -116,6 +119,8 @@ class ChoicesStyle(APIStyle):
                 reasoning = details.reasoning_tokens if details is not None else None
                 reader.usage = Usage(running, usage.prompt_tokens,
                                      usage.reasoning_tokens if reasoning is None else reasoning)
+        if chunk.metrics is not UNSET:
+            reader.take_timing(chunk.metrics)
         if chunk.choices:
             self.take_choice(reader, chunk.choices[0], offset, running)
         return True
@@ -126,6 +131,8 @@ class ChoicesStyle(APIStyle):
         usage = read_usage(chunk.get("usage"))
         if usage is not None and usage.output is not None:
             reader.usage = usage
+        if "metrics" in chunk:
+            reader.take_timing(chunk["metrics"])
         choices = chunk.get("choices")
         if not isinstance(choices, list):
             raise WireError(f"malformed SSE: chunk without a choices list: {event.data[:120]!r}")

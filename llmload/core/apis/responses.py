@@ -4,8 +4,10 @@
 tool-call argument deltas are output chunks; lifecycle events
 (``response.created``, ``*.added``, ``*.done``) are not. ``response.completed``
 (or ``response.incomplete``: the output budget ran out, a normal end) ends the
-stream with usage (``output_tokens``); ``response.failed`` and ``error``
-events are failures. There is no running token count.
+stream with usage (``output_tokens``) and the server's per-request
+``metrics`` where it sends them (both in its ``response``, the object a sync
+body is); ``response.failed`` and ``error`` events are failures. There is no
+running token count.
 """
 
 from __future__ import annotations
@@ -109,6 +111,7 @@ class Responses(APIStyle):
         elif kind in END:
             response = chunk.get("response") if isinstance(chunk.get("response"), dict) else {}
             reader.usage = read_usage(response.get("usage")) or Usage()
+            reader.take_timing(response.get("metrics"))
             reader.done = True
         elif kind == "response.failed":
             response = chunk.get("response") if isinstance(chunk.get("response"), dict) else {}
