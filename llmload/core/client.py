@@ -11,14 +11,22 @@ Tokens per chunk: where the server gives no running token count, a
 chunk's text once the answer is complete, off the timed path; without one the
 chunks stay uncounted (ITL per chunk, see :mod:`llmload.core.wire`).
 
+Identity: every generation request carries ``X-Request-Id: <request_id>`` and
+a W3C ``traceparent: 00-<request_id>-<span_id>-01`` (the request id, 32 hex
+digits, is its trace id; ``span_id``, 16 random hex digits, the client's
+span), so the server's logs, traces and ids name the request the raw log
+does. The server's own per-request timing, where its answer carries one,
+comes back in ``server_timing`` (:func:`llmload.core.wire.read_server_timing`).
+
 Timing: ``start_time`` is ``time.time()`` and ``t0`` is ``time.perf_counter()``,
 both taken right before the request is handed to the socket (the body is
-encoded before); every offset is ``perf_counter() - t0`` at the moment the socket read that
+encoded, the ids drawn and the headers made before); every offset is ``perf_counter() - t0`` at the moment the socket read that
 delivered an event (stream) or the last of the body (sync) returned.
 """
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from typing import Callable, Sequence
@@ -131,7 +139,10 @@ class LLMClient:
         unless the answer is complete first."""
         payload = encode_body(build_body(record, self.params, model, messages))
         path = self.params.path
-        accept = "text/event-stream" if self.params.stream else "application/json"
+        request_id, span_id = uuid.uuid4().hex, os.urandom(8).hex()
+        headers = self.transport.request_headers(
+            "text/event-stream" if self.params.stream else "application/json",
+            {"X-Request-Id": request_id, "traceparent": f"00-{request_id}-{span_id}-01"})
         response: LineResponse | None = None
         status = 0
         outcome: Outcome
@@ -143,7 +154,7 @@ class LLMClient:
         try:
             with gevent.Timeout(self.timeout, RequestTimeout):
                 timer.sent()
-                response = self.transport.send("POST", path, payload, accept=accept)
+                response = self.transport.send("POST", path, payload, headers=headers)
                 status = response.status_code
                 if status != 200:
                     body, end = response.read()
@@ -168,7 +179,7 @@ class LLMClient:
         if outcome.chunk_tokens_source == "chunks" and self.chunk_counter is not None:
             outcome.count_chunks(self.chunk_counter(outcome.chunk_texts))
         return RequestResult(
-            request_id=uuid.uuid4().hex, task=self.task, api=self.params.api, mode=self.params.mode,
+            request_id=request_id, task=self.task, api=self.params.api, mode=self.params.mode,
             start_time=start_time, end_offset=end - t0,
             token_offsets=outcome.token_offsets,
             output_tokens=outcome.output_tokens, output_tokens_source=outcome.output_tokens_source,
@@ -178,7 +189,8 @@ class LLMClient:
             reasoning_tokens=outcome.reasoning_tokens, reasoning_text=outcome.reasoning_text,
             tool_calls=outcome.tool_calls, chunk_tokens=outcome.chunk_tokens,
             chunk_tokens_source=outcome.chunk_tokens_source, cancelled=cancelled,
-            cancel_after=cancel.describe() if cancel is not None else "")
+            cancel_after=cancel.describe() if cancel is not None else "", span_id=span_id,
+            server_timing=outcome.server_timing)
 
     def _read_stream(self, response: LineResponse, t0: float,
                      timer: CancelTimer) -> tuple[Outcome, float, bool]:
