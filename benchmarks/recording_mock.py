@@ -130,23 +130,28 @@ def read_record(path: str | Path) -> tuple[dict[str, list[dict]], dict[str, list
 def server_truth(record_path: str | Path, results: list[RequestResult]) -> list[RequestResult]:
     """For each measured result, the same request as the server served it (``None`` where none matches).
 
-    Results are paired by ``prompt_id`` with the keys of :func:`read_record`.
-    Stream: the tokens' emission times, as offsets from the client's start. Sync:
-    the time the whole JSON body was sent. A prompt sent more than once is paired
-    in time order: the n-th request of a prompt with its n-th generation.
+    Results are paired with the keys of :func:`read_record`: a generation by the
+    result's ``request_id`` (the ``X-Request-Id`` the suite's client sends), else
+    by its ``prompt_id``; a body by its ``prompt_id``. Stream: the tokens'
+    emission times, as offsets from the client's start. Sync: the time the whole
+    JSON body was sent. A key met more than once is paired in time order: the
+    n-th request of a prompt with its n-th generation (and body).
     """
     generations, bodies = read_record(record_path)
     seen: dict[str, int] = defaultdict(int)
+    seen_bodies: dict[str, int] = defaultdict(int)
     truth: list[RequestResult | None] = [None] * len(results)
     for i in sorted(range(len(results)), key=lambda i: results[i].start_time):
         r = results[i]
-        n = seen[r.prompt_id]
-        seen[r.prompt_id] += 1
-        runs, sent = generations.get(r.prompt_id, []), bodies.get(r.prompt_id, [])
+        key = r.request_id if r.request_id in generations else r.prompt_id
+        n, b = seen[key], seen_bodies[r.prompt_id]
+        seen[key] += 1
+        seen_bodies[r.prompt_id] += 1
+        runs, sent = generations.get(key, []), bodies.get(r.prompt_id, [])
         if n >= len(runs):
             continue
         offsets = [t - r.start_time for t in runs[n]["token_times"]]
-        end = sent[n] - r.start_time if n < len(sent) else (offsets[-1] if offsets else 0.0)
+        end = sent[b] - r.start_time if b < len(sent) else (offsets[-1] if offsets else 0.0)
         truth[i] = RequestResult(r.request_id, r.task, r.api, r.mode, r.start_time, end_offset=end,
                                  token_offsets=offsets if r.mode == "stream" else [], output_tokens=len(offsets))
     return truth

@@ -42,14 +42,15 @@ from llmload.core.cliargs import (OneLineParser, add_options, from_namespace, in
                                   print_error)
 from llmload.core.client import LLMClient
 from llmload.core.defaults import REQUEST_TIMEOUT_S
-from llmload.core.metrics import APIS, RequestResult, RunSummary, ratio, summarize
+from llmload.core.apis import APIS, GenerationParams
+from llmload.core.metrics import RequestResult, RunSummary, ratio, summarize
 from llmload.core.model_store import ModelNotAvailable, resolve_model, served_model_name
 from llmload.core.rawlog import write_results
 from llmload.core.records import PromptRecord, RecordFormatError, read_records
 from llmload.core.services import ServiceError
 from llmload.core.tables import render
 from llmload.core.transport import HTTPTransport, TransportError
-from llmload.core.wire import GenerationParams, WireError
+from llmload.core.wire import WireError
 from llmload.targets import DEFAULT_BASELINE, Target, TargetSettings, get_kind, start_target, targets_type
 from monitors.sampler import peak_usage, read_monitor, start_monitor
 

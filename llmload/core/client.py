@@ -11,20 +11,29 @@ Tokens per chunk: where the server gives no running token count, a
 chunk's text once the answer is complete, off the timed path; without one the
 chunks stay uncounted (ITL per chunk, see :mod:`llmload.core.wire`).
 
+Identity: every generation request carries ``X-Request-Id: <request_id>`` and
+a W3C ``traceparent: 00-<request_id>-<span_id>-01`` (the request id, 32 hex
+digits, is its trace id; ``span_id``, 16 random hex digits, the client's
+span), so the server's logs, traces and ids name the request the raw log
+does. The server's own per-request timing, where its answer carries one,
+comes back in ``server_timing`` (:func:`llmload.core.wire.read_server_timing`).
+
 Timing: ``start_time`` is ``time.time()`` and ``t0`` is ``time.perf_counter()``,
 both taken right before the request is handed to the socket (the body is
-encoded before); every offset is ``perf_counter() - t0`` at the moment the socket read that
+encoded, the ids drawn and the headers made before); every offset is ``perf_counter() - t0`` at the moment the socket read that
 delivered an event (stream) or the last of the body (sync) returned.
 """
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from typing import Callable, Sequence
 
 import gevent
 
+from llmload.core.apis import GenerationParams, build_body
 from llmload.core.cancel import CancelPoint
 from llmload.core.defaults import REQUEST_TIMEOUT_S
 from llmload.core.metrics import RequestResult
@@ -32,11 +41,9 @@ from llmload.core.records import PromptRecord
 from llmload.core.transport import HTTPTransport, LineResponse, TransportError
 from llmload.core.wire import (
     MODELS_PATH,
-    GenerationParams,
     Outcome,
     StreamReader,
     WireError,
-    build_body,
     encode_body,
     first_model_id,
     http_error_message,
@@ -131,7 +138,11 @@ class LLMClient:
         ``cancel``: close the connection at that point (the result is ``cancelled``, with what arrived until then),
         unless the answer is complete first."""
         payload = encode_body(build_body(record, self.params, model, messages))
-        accept = "text/event-stream" if self.params.stream else "application/json"
+        path = self.params.path
+        request_id, span_id = uuid.uuid4().hex, os.urandom(8).hex()
+        headers = self.transport.request_headers(
+            "text/event-stream" if self.params.stream else "application/json",
+            {"X-Request-Id": request_id, "traceparent": f"00-{request_id}-{span_id}-01"})
         response: LineResponse | None = None
         status = 0
         outcome: Outcome
@@ -143,16 +154,16 @@ class LLMClient:
         try:
             with gevent.Timeout(self.timeout, RequestTimeout):
                 timer.sent()
-                response = self.transport.send("POST", self.params.path, payload, accept=accept)
+                response = self.transport.send("POST", path, payload, headers=headers)
                 status = response.status_code
                 if status != 200:
                     body, end = response.read()
-                    outcome = Outcome(error=http_error_message(status, body, self.params.path))
+                    outcome = Outcome(error=http_error_message(status, body, path))
                 elif self.params.stream:
                     outcome, end, cancelled = self._read_stream(response, t0, timer)
                 else:
                     body, end = response.read()
-                    outcome = read_body(self.params.api, body)
+                    outcome = read_body(self.params.style, body)
         except Cancelled:  # before the stream (or the whole sync body) came
             end, outcome, cancelled = time.perf_counter(), Outcome(), True
         except RequestTimeout:
@@ -168,7 +179,7 @@ class LLMClient:
         if outcome.chunk_tokens_source == "chunks" and self.chunk_counter is not None:
             outcome.count_chunks(self.chunk_counter(outcome.chunk_texts))
         return RequestResult(
-            request_id=uuid.uuid4().hex, task=self.task, api=self.params.api, mode=self.params.mode,
+            request_id=request_id, task=self.task, api=self.params.api, mode=self.params.mode,
             start_time=start_time, end_offset=end - t0,
             token_offsets=outcome.token_offsets,
             output_tokens=outcome.output_tokens, output_tokens_source=outcome.output_tokens_source,
@@ -178,13 +189,14 @@ class LLMClient:
             reasoning_tokens=outcome.reasoning_tokens, reasoning_text=outcome.reasoning_text,
             tool_calls=outcome.tool_calls, chunk_tokens=outcome.chunk_tokens,
             chunk_tokens_source=outcome.chunk_tokens_source, cancelled=cancelled,
-            cancel_after=cancel.describe() if cancel is not None else "")
+            cancel_after=cancel.describe() if cancel is not None else "", span_id=span_id,
+            server_timing=outcome.server_timing)
 
     def _read_stream(self, response: LineResponse, t0: float,
                      timer: CancelTimer) -> tuple[Outcome, float, bool]:
         """Read an SSE body to its end or its cancel point; return the outcome, the ``perf_counter`` time the stream
         ended and whether the client cancelled it (the outcome then holds what arrived, and no error)."""
-        reader = StreamReader(self.params.api)
+        reader = StreamReader(self.params.style)
         end = time.perf_counter()
         watch = timer.watches_stream  # looked up once: the per-read work stays as it was without a cancel point
         try:

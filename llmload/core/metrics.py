@@ -58,7 +58,6 @@ from llmload.core.cliargs import parse_duration
 from llmload.core.records import known_fields
 
 MODES = ("sync", "stream")
-APIS = ("completion", "chat", "responses")
 
 
 #: Encodes a RequestResult for the raw log (its fields in order).
@@ -99,6 +98,8 @@ class RequestResult:
     chunk_tokens_source: str = "none"  # "usage" (continuous usage stats) | "tokenizer" | "chunks" (unknown)
     cancelled: bool = False  # the client closed the connection at its cancel point (success False, error "")
     cancel_after: str = ""  # the cancel point drawn for it (--cancel-after), e.g. "ttft+0.8s" ("": none)
+    span_id: str = ""  # the client span of its W3C traceparent (16 hex digits; its trace id is request_id)
+    server_timing: dict[str, float] | None = None  # the server's own per-request timing, ms (None: none given)
 
     @property
     def failed(self) -> bool:

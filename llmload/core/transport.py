@@ -174,14 +174,22 @@ class HTTPTransport:
     def url(self, path: str) -> str:
         return self.base_url + path
 
-    def send(self, method: str, path: str, body: bytes | None = None, accept: str = "application/json") -> LineResponse:
+    def request_headers(self, accept: str = "application/json", extra: dict | None = None) -> dict:
+        """Every header of one request: the transport's own, ``Accept``, and ``extra`` (a request's identity)."""
+        return {**self.headers, "Accept": accept, **(extra or {})}
+
+    def send(self, method: str, path: str, body: bytes | None = None, accept: str = "application/json",
+             headers: dict | None = None) -> LineResponse:
         """Send one request and read its status line and headers; the body is left to the caller.
 
+        ``headers``: every header to send, made beforehand by :meth:`request_headers` (off the timed path);
+        by default the transport's own and ``Accept: accept``.
         Raises :class:`TransportError` (one line: refused, unresolvable, reset, ...).
         A ``gevent.Timeout`` set by the caller passes through.
         """
         url = self.url(path)
-        headers = {**self.headers, "Accept": accept}
+        if headers is None:
+            headers = self.request_headers(accept)
         request_uri = (self._url.path.rstrip("/") or "") + path
         try:
             client = self.client_pool.get_client(self._url)

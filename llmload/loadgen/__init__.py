@@ -2,9 +2,10 @@
 
 Layers, each usable and testable on its own:
 
-* :mod:`~llmload.core.wire`: the OpenAI wire format (request bodies for the
-  completion and chat APIs; SSE and JSON responses interpreted into the raw
-  fields of a :class:`llmload.core.metrics.RequestResult`). Pure Python.
+* :mod:`~llmload.core.apis` and :mod:`~llmload.core.wire`: the wire format
+  (one handler per API style: completion, chat, Responses; SSE and JSON
+  responses interpreted into the raw fields of a
+  :class:`llmload.core.metrics.RequestResult`). Pure Python.
 * :mod:`~llmload.core.transport`: HTTP over geventhttpclient, reading a
   streamed body as the socket delivers it, each read stamped when it returns.
 * :mod:`~llmload.core.client`: one request end to end (the two above plus

@@ -22,10 +22,10 @@ from llmload.core.cliargs import (duration, non_negative_float, non_negative_int
 from llmload.core.defaults import REQUEST_TIMEOUT_S
 from llmload.core.cost import price
 from llmload.core.cliargs import slo as slo_type
-from llmload.core.metrics import APIS, MODES, SLO
+from llmload.core.apis import APIS, GenerationParams
+from llmload.core.metrics import MODES, SLO
 from llmload.core.paths import dataset_path
 from llmload.core.records import DatasetError
-from llmload.core.wire import GenerationParams
 from llmload.tasks.traces import BLOCK_TOKENS, FORMATS as TRACE_FORMATS
 
 ENV_PREFIX = "LOCUST_LLM_"

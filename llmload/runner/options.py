@@ -15,7 +15,8 @@ from llmload.core.cliargs import (OneLineParser, add_options, choice_list, durat
 from llmload.core.cliargs import slo as slo_type
 from llmload.core.cancel import parse_cancel_after
 from llmload.core.cost import prices
-from llmload.core.metrics import APIS, MODES, SLO
+from llmload.core.apis import APIS
+from llmload.core.metrics import MODES, SLO
 from llmload.tasks import DatasetError, default_task_names, task_names
 from llmload.tasks.traces import check_lengths, offsets, read_trace
 from llmload.core.sequential import CONFIDENCE, Budget, requests_to_hold

@@ -16,7 +16,7 @@ from llmload.core.cancel import CancelPoint
 from llmload.core.client import LLMClient
 from llmload.core.records import PromptRecord
 from llmload.core.transport import HTTPTransport
-from llmload.core.wire import GenerationParams
+from llmload.core.apis import GenerationParams
 
 pytestmark = pytest.mark.integration
 

@@ -13,11 +13,14 @@ The request body's ``model`` picks the behaviour (``cycle`` rotates through
 * ``drop``: one token, then the connection is closed mid-body
 * ``zerousage`` (not in the cycle): three tokens and a usage of 0 completion tokens
 * ``thinking`` (not in the cycle): two reasoning chunks (``reasoning_content``), then a tool call and the answer
+* ``timed`` (not in the cycle): ``ok`` with the server's per-request timing (:data:`TIMING`) as vLLM sends it
+  with ``--enable-per-request-metrics``: ``metrics`` in the final usage chunk, the sync body, and (Responses)
+  ``response.completed``'s response
 * ``chunky`` (not in the cycle): three chunks of two words each, final usage only (no running counts)
 * ``split`` (not in the cycle): each token's event written in two parts ``SPLIT_GAP`` s apart, cut inside a
   line (inside a multi-byte character where the token has one); ``sent_times`` when each was whole
 
-``POST /v1/responses`` answers ``ok`` as the Responses API does (named events,
+``POST /v1/responses`` answers ``ok`` (``timed`` for the model ``timed``) as the Responses API does (named events,
 ``response.completed`` with usage), or 404 ``{"detail": "Not Found"}`` when
 started with ``--no-responses`` (a server without the endpoint).
 
@@ -43,6 +46,9 @@ TOKENS = (" alpha", " beta", " gamma")
 CHUNKY = (" one two", " three four", " five six")
 SPLIT = ("é", " 日本", " ok")
 SPLIT_GAP = 0.1
+#: The per-request timing ``timed`` answers carry (vLLM's field names, its nested speculative-decoding group).
+TIMING = {"queue_time_ms": 1.5, "time_to_first_token_ms": 20.0, "generation_time_ms": 40.0, "mean_itl_ms": 20.0,
+          "tokens_per_second": 50.0, "speculative_decoding": {"mean_acceptance_length": 1.0}}
 
 
 class FaultHandler(BaseHTTPRequestHandler):
@@ -120,21 +126,26 @@ class FaultHandler(BaseHTTPRequestHandler):
     def do_unknown(self, body) -> None:
         self.send_json(404, {"error": {"message": f"The model `{body.get('model')}` does not exist."}})
 
-    def do_ok(self, body) -> None:
+    def do_ok(self, body, timing: dict | None = None) -> None:
+        extra = {"metrics": timing} if timing else {}
         if not body.get("stream"):
             time.sleep(0.06)
             text = "".join(TOKENS)
             choice = {"index": 0, "message": {"role": "assistant", "content": text}} if self.api == "chat" \
                 else {"index": 0, "text": text}
-            self.send_json(200, {"choices": [choice], "usage": {"prompt_tokens": 3, "completion_tokens": 3}})
+            self.send_json(200, {"choices": [choice], "usage": {"prompt_tokens": 3, "completion_tokens": 3},
+                                 **extra})
             return
         self.start_stream()
         for text in TOKENS:
             time.sleep(0.02)
             self.token(text)
-        self.event({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": len(TOKENS)}})
+        self.event({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": len(TOKENS)}, **extra})
         self.event("[DONE]")
         self.end_stream()
+
+    def do_timed(self, body) -> None:
+        self.do_ok(body, TIMING)
 
     def do_zerousage(self, body) -> None:
         """Three tokens, but a usage that says 0 completion tokens (a server that under-reports)."""
@@ -202,6 +213,8 @@ class FaultHandler(BaseHTTPRequestHandler):
         done = {"id": "resp_1", "object": "response", "status": "completed", "error": None, "usage": usage,
                 "output": [{"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
                             "content": [{"type": "output_text", "text": "".join(TOKENS), "annotations": []}]}]}
+        if body.get("model") == "timed":
+            done["metrics"] = TIMING
         if not body.get("stream"):
             self.send_json(200, done)
             return

@@ -14,7 +14,7 @@ from llmload.core.client import LLMClient
 from llmload.core.metrics import LiveStats, RequestResult, SLO, summarize
 from llmload.core.records import PromptRecord
 from llmload.core.transport import HTTPTransport
-from llmload.core.wire import GenerationParams
+from llmload.core.apis import GenerationParams
 
 pytestmark = pytest.mark.unit
 

@@ -3,13 +3,15 @@
 These run in the test process (gevent sockets without monkey-patching; the server is a thread).
 """
 
+import re
+
 import pytest
 from geventhttpclient.client import HTTPClientPool
 
-from fault_server import SPLIT, SPLIT_GAP, TOKENS, start_in_thread
+from fault_server import SPLIT, SPLIT_GAP, TIMING, TOKENS, start_in_thread
 from llmload.core.client import LLMClient
 from llmload.core.transport import HTTPTransport
-from llmload.core.wire import GenerationParams
+from llmload.core.apis import APIS, GenerationParams
 from llmload.core.metrics import request_metrics
 from llmload.core.records import PromptRecord
 from llmload.core.services import free_port
@@ -161,3 +163,33 @@ def test_responses_against_a_server_without_the_endpoint():
         srv.shutdown()
     assert not result.success and result.status_code == 404
     assert result.error == "HTTP 404: the server has no /v1/responses (Not Found)"
+
+
+TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-01$")
+
+
+@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize("mode", ["stream", "sync"])
+def test_each_request_carries_its_id_and_a_traceparent(server, api, mode):
+    client = make_client(server.url, api, mode)
+    results, received = [], []
+    for _ in range(2):
+        results.append(client.generate(RECORD, "ok"))
+        received.append({name.lower(): value for name, value in server.last_headers.items()})
+    for result, headers in zip(results, received):
+        assert result.success, result.error
+        assert headers["x-request-id"] == result.request_id
+        assert TRACEPARENT.match(headers["traceparent"]).groups() == (result.request_id, result.span_id)
+        assert headers["authorization"] == "Bearer k"  # the transport's own headers still go
+        assert headers["accept"] == ("text/event-stream" if mode == "stream" else "application/json")
+    assert results[0].request_id != results[1].request_id and results[0].span_id != results[1].span_id
+
+
+@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize("mode", ["stream", "sync"])
+def test_the_servers_own_timing_reaches_the_result(server, api, mode):
+    client = make_client(server.url, api, mode)
+    result = client.generate(RECORD, "timed")
+    assert result.success and result.flags == [], result.error
+    assert result.server_timing == {k: v for k, v in TIMING.items() if k != "speculative_decoding"}
+    assert client.generate(RECORD, "ok").server_timing is None

@@ -37,3 +37,15 @@ def test_a_line_cut_by_a_kill_is_skipped_and_a_broken_line_is_named(tmp_path):
         assert "cut_requests.jsonl:1" in str(exc)
     else:
         raise AssertionError("a broken line inside the file must be an error")
+
+
+def test_the_request_identity_and_the_servers_timing_round_trip_and_old_logs_still_load(tmp_path):
+    path = tmp_path / "ids_requests.jsonl"
+    timed = RequestResult("0af7651916cd43dd8448eb211c80319c", "qa", "chat", "stream", 1000.0, 0.5, [0.1],
+                          span_id="b7ad6b7169203331", server_timing={"queue_time_ms": 1.5, "mean_itl_ms": 20})
+    old = result(1).to_json().replace(',"span_id":"","server_timing":null', "")  # a line written before them
+    assert "span_id" not in old
+    path.write_text(timed.to_json() + "\n" + old + "\n")
+    back = read_results(path)
+    assert back[0] == timed and back[0].server_timing == {"queue_time_ms": 1.5, "mean_itl_ms": 20}
+    assert back[1] == result(1) and (back[1].span_id, back[1].server_timing) == ("", None)

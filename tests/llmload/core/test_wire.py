@@ -4,20 +4,18 @@ import json
 
 import pytest
 
-from llmload.core.wire import (
-    GenerationParams,
-    StreamReader,
-    WireError,
-    build_body,
-    first_model_id,
-    http_error_message,
-    read_body,
-)
+from llmload.core.apis import GenerationParams, api_style, build_body
+from llmload.core.wire import StreamReader, WireError, first_model_id, http_error_message
+from llmload.core.wire import read_body as read_style_body
 from llmload.core.metrics import request_metrics, RequestResult
 from llmload.core.sse import SSEEvent
 from llmload.core.records import PromptRecord
 
 pytestmark = pytest.mark.unit
+
+def read_body(api: str, body: bytes):
+    return read_style_body(api_style(api), body)
+
 
 RECORD = PromptRecord(id="r1", task="chat", source="test", prompt="Tell me a story.",
                       messages=({"role": "user", "content": "Tell me a story."},), max_tokens=64, input_tokens=5)
@@ -83,7 +81,7 @@ def test_bad_api_or_mode_is_rejected():
 
 
 def test_role_only_first_chunk_and_usage_chunk_are_not_tokens():
-    reader = StreamReader("chat")
+    reader = StreamReader(api_style("chat"))
     events = [chat_chunk(role="assistant", content=""), chat_chunk("Hello"), chat_chunk(" world"), chat_chunk("!"),
               chat_chunk(choices=False, usage={"prompt_tokens": 5, "completion_tokens": 3}), "[DONE]"]
     assert feed_all(reader, events)
@@ -100,7 +98,7 @@ def test_role_only_first_chunk_and_usage_chunk_are_not_tokens():
 
 
 def test_completion_stream_without_usage_counts_chunks_and_says_so():
-    reader = StreamReader("completion")
+    reader = StreamReader(api_style("completion"))
     events = [{"choices": [{"index": 0, "text": t}]} for t in (" a", "", " b")] + ["[DONE]"]
     assert feed_all(reader, events)
     out = reader.outcome()
@@ -108,7 +106,7 @@ def test_completion_stream_without_usage_counts_chunks_and_says_so():
 
 
 def test_error_event_inside_a_200_stream_is_a_failure():
-    reader = StreamReader("chat")
+    reader = StreamReader(api_style("chat"))
     reader.feed(sse(chat_chunk("Hi"))[0], 0.1)
     reader.feed(b"\n", 0.1)
     reader.feed(b'data: {"error": {"message": "generation failed: CUDA OOM", "type": "internal_server_error"}}\n',
@@ -118,21 +116,21 @@ def test_error_event_inside_a_200_stream_is_a_failure():
 
 
 def test_malformed_chunk_is_a_failure():
-    reader = StreamReader("chat")
+    reader = StreamReader(api_style("chat"))
     reader.feed(b"data: {not json\n", 0.1)
     with pytest.raises(WireError, match="malformed SSE"):
         reader.feed(b"\n", 0.1)
-    reader = StreamReader("chat")
+    reader = StreamReader(api_style("chat"))
     with pytest.raises(WireError, match="without a choices list"):
         feed_all(reader, [{"object": "chat.completion.chunk"}])
 
 
 def test_stream_without_done_is_a_failure_and_unterminated_done_counts():
-    reader = StreamReader("chat")
+    reader = StreamReader(api_style("chat"))
     assert not feed_all(reader, [chat_chunk("a"), chat_chunk("b")])
     assert reader.outcome().error == "stream ended without [DONE]"
-    assert StreamReader("chat").outcome().error == "stream ended without any SSE event"
-    reader = StreamReader("chat")
+    assert StreamReader(api_style("chat")).outcome().error == "stream ended without any SSE event"
+    reader = StreamReader(api_style("chat"))
     reader.feed(b"data: [DONE]", 0.3)  # last line without newline nor blank line
     assert reader.end() and reader.outcome().success
 
@@ -174,7 +172,7 @@ def delta_chunk(usage=None, **delta):
 
 @pytest.mark.parametrize("field", ["reasoning_content", "reasoning"])
 def test_reasoning_chunks_are_output_chunks_and_the_answer_starts_later(field):
-    reader = StreamReader("chat")
+    reader = StreamReader(api_style("chat"))
     events = ([delta_chunk(role="assistant", content="")] + [delta_chunk(**{field: w}) for w in (" Let", " me", " see")]
               + [delta_chunk(content=" Four"), delta_chunk(content=".")]
               + [chat_chunk(choices=False, usage={"prompt_tokens": 5, "completion_tokens": 5,
@@ -195,7 +193,7 @@ def test_reasoning_chunks_are_output_chunks_and_the_answer_starts_later(field):
 
 
 def test_tool_call_deltas_are_answer_chunks():
-    reader = StreamReader("chat")
+    reader = StreamReader(api_style("chat"))
     call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": ""}}
     events = [delta_chunk(role="assistant", content=""), delta_chunk(reasoning="Need weather."),
               delta_chunk(tool_calls=[call]),
@@ -216,7 +214,7 @@ def test_tool_call_deltas_are_answer_chunks():
 
 
 def test_continuous_usage_gives_each_chunk_its_token_count():
-    reader = StreamReader("chat")
+    reader = StreamReader(api_style("chat"))
     running = lambda n: {"prompt_tokens": 5, "completion_tokens": n}  # noqa: E731
     events = [delta_chunk(running(0), role="assistant", content=""), delta_chunk(running(1), content=" a"),
               delta_chunk(running(4), content=" b c d"), delta_chunk(running(4), content=""),  # no text: no chunk
@@ -228,7 +226,7 @@ def test_continuous_usage_gives_each_chunk_its_token_count():
 
 
 def test_without_running_counts_chunks_of_several_tokens_are_flagged():
-    reader = StreamReader("completion")
+    reader = StreamReader(api_style("completion"))
     events = [{"choices": [{"index": 0, "text": t}]} for t in (" a b", " c d", " e f")]
     events += [{"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 6}}, "[DONE]"]
     assert feed_all(reader, events)
@@ -266,7 +264,7 @@ USAGE = {"input_tokens": 7, "input_tokens_details": {"cached_tokens": 0}, "outpu
 
 @pytest.mark.parametrize("end", ["response.completed", "response.incomplete"])
 def test_responses_stream_events(end):
-    reader = StreamReader("responses")
+    reader = StreamReader(api_style("responses"))
     events = [{"type": "response.created", "sequence_number": 0, "response": response_object("in_progress")},
               {"type": "response.in_progress", "sequence_number": 1, "response": response_object("in_progress")},
               {"type": "response.output_item.added", "item": {"type": "reasoning", "id": "rs_1"}},
@@ -288,7 +286,7 @@ def test_responses_stream_events(end):
 
 
 def test_responses_event_name_from_the_event_line_when_data_has_no_type():
-    reader = StreamReader("responses")
+    reader = StreamReader(api_style("responses"))
     for line in (b"event: response.output_text.delta\n", b'data: {"delta": "x"}\n', b"\n",
                  b"event: response.completed\n", b'data: {"response": {"usage": {"output_tokens": 1}}}\n', b"\n"):
         reader.feed(line, 0.1)
@@ -299,13 +297,13 @@ def test_responses_event_name_from_the_event_line_when_data_has_no_type():
 def test_responses_failures_are_one_line():
     failed = {"type": "response.failed", "response": {**response_object("failed"),
                                                       "error": {"code": "server_error", "message": "boom\nat x"}}}
-    reader = StreamReader("responses")
+    reader = StreamReader(api_style("responses"))
     with pytest.raises(WireError, match=r"^response.failed: boom at x$"):
         feed_responses(reader, [{"type": "response.output_text.delta", "delta": "a"}, failed])
     error = {"type": "error", "code": "rate_limit", "message": "too many", "sequence_number": 3}
     with pytest.raises(WireError, match="^error event in the stream: too many$"):
-        feed_responses(StreamReader("responses"), [error])
-    reader = StreamReader("responses")
+        feed_responses(StreamReader(api_style("responses")), [error])
+    reader = StreamReader(api_style("responses"))
     assert not feed_responses(reader, [{"type": "response.output_text.delta", "delta": "a"}])
     assert reader.outcome().error == "stream ended without response.completed"
 
@@ -390,7 +388,7 @@ STREAMS = {
 def read_stream(body: bytes, pieces: list[bytes], fast: bool, api: str = "chat"):
     """The Outcome (or the WireError's message) of ``body`` fed as ``pieces``, the i-th piece arriving at 0.1 + i."""
     assert b"".join(pieces) == body
-    reader = StreamReader(api, fast=fast)
+    reader = StreamReader(api_style(api), fast=fast)
     try:
         for i, piece in enumerate(pieces):
             if reader.feed(piece, 0.1 + i):
