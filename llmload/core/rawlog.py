@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from llmload.core.atomicfile import atomic_write
 from llmload.core.metrics import RequestResult
 
 
@@ -102,15 +103,11 @@ def read_tail(path: str | os.PathLike, offset: int) -> tuple[bytes, list[Request
 
 def write_results(path: str | os.PathLike, results: Iterable[RequestResult]) -> int:
     """Write raw results as JSONL (one request per line), replacing the file; return the count."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
     count = 0
-    with tmp.open("w", encoding="utf-8") as out:
+    with atomic_write(path) as out:
         for result in results:
             out.write(result.to_json() + "\n")
             count += 1
-    os.replace(tmp, path)
     return count
 
 

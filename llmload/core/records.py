@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Iterable, Iterator
+
+from llmload.core.atomicfile import atomic_write
 
 
 def known_fields(cls, data: dict) -> dict:
@@ -74,19 +75,11 @@ class PromptRecord:
 
 def write_records(path: str | os.PathLike, records: Iterable[PromptRecord]) -> int:
     """Write ``records`` to ``path`` as JSONL atomically; return how many were written."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     count = 0
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            for record in records:
-                out.write(record.to_json() + "\n")
-                count += 1
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_write(path) as out:
+        for record in records:
+            out.write(record.to_json() + "\n")
+            count += 1
     return count
 
 

@@ -16,10 +16,10 @@ Nothing here imports above the core; the reports read a run through these functi
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from llmload.core.atomicfile import atomic_write_text
 from llmload.core.points import Load, Point
 from llmload.core.records import known_fields
 
@@ -140,12 +140,7 @@ def read_cells(run_dir: Path) -> list[Cell]:
 
 def write_manifest(run_dir: Path, info: dict) -> Path:
     """Write ``run.json`` whole (through a temporary file: a kill leaves the previous version, never half)."""
-    path = Path(run_dir) / MANIFEST
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(MANIFEST + ".partial")
-    partial.write_text(json.dumps(info, indent=2, default=str) + "\n", encoding="utf-8")
-    os.replace(partial, path)
-    return path
+    return atomic_write_text(Path(run_dir) / MANIFEST, json.dumps(info, indent=2, default=str) + "\n")
 
 
 def read_manifest(run_dir: Path) -> dict:

@@ -236,6 +236,14 @@ def block_counts(units: int, resamples: int, rng: np.random.Generator, length: i
 # --------------------------------------------------------------------------- statistics of weighted samples
 
 
+def interpolation_ranks(total: np.ndarray, q: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For quantile ``q`` of samples of ``total`` values (numpy's linear interpolation): the 0-based ranks
+    ``lo`` and ``hi`` it lies between and the weight of ``hi``, ``frac``: ``v[lo] + frac * (v[hi] - v[lo])``."""
+    h = (total - 1) * q
+    lo = np.floor(h).astype(np.int64)
+    return lo, np.minimum(lo + 1, total - 1), h - lo
+
+
 def weighted_quantiles(sorted_values: np.ndarray, weights: np.ndarray, qs: Sequence[float]) -> np.ndarray:
     """``(len(qs), rows)`` quantiles of each row's sample, with numpy's linear interpolation.
 
@@ -251,10 +259,7 @@ def weighted_quantiles(sorted_values: np.ndarray, weights: np.ndarray, qs: Seque
     base = np.arange(rows, dtype=np.int64) * span
     out = np.empty((len(qs), rows))
     for i, q in enumerate(qs):
-        h = (total - 1) * q
-        lo = np.floor(h).astype(np.int64)
-        frac = h - lo
-        hi = np.minimum(lo + 1, total - 1)
+        lo, hi, frac = interpolation_ranks(total, q)
         j_lo = np.searchsorted(flat, base + lo, side="right") - np.arange(rows) * size
         j_hi = np.searchsorted(flat, base + hi, side="right") - np.arange(rows) * size
         j_lo = np.clip(j_lo, 0, size - 1)
@@ -425,10 +430,7 @@ def windowed_quantile(sorted_values: np.ndarray, column: np.ndarray, counts: np.
     per_unit = np.bincount(column, minlength=units).astype(float)
     w = counts.astype(float) if weights is None else weights
     total = np.rint(w @ per_unit).astype(np.int64)
-    h = (total - 1) * q
-    lo = np.floor(h).astype(np.int64)
-    frac = h - lo
-    hi = np.minimum(lo + 1, total - 1)
+    lo, hi, frac = interpolation_ranks(total, q)
     centre = int(q * (size - 1))
     below = np.bincount(column[:centre], minlength=units)  # each unit's values under the pooled quantile
     spread = math.sqrt(float(((below - q * per_unit) ** 2).sum()))  # std of the rank under cluster resampling

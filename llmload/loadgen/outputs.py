@@ -9,11 +9,11 @@ from __future__ import annotations
 import csv
 import gc
 import json
-import os
 from pathlib import Path
 
 import gevent
 
+from llmload.core.atomicfile import atomic_write, atomic_write_text
 from llmload.core.clienterror import describe
 from llmload.core.cost import cost_figures, cost_text
 from llmload.loadgen.live import LiveBoard, finite
@@ -46,11 +46,7 @@ def summary_data(board: LiveBoard, settings, users: int | None, lag_warned: bool
 
 def write_json(path: Path, data: dict) -> Path:
     """Write ``data`` as indented JSON, replacing ``path`` in one step."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return atomic_write_text(path, json.dumps(data, indent=2) + "\n")
 
 
 def end_line(board: LiveBoard, raw_log: Path | None, price_per_hour: float | None = None) -> str:
@@ -69,12 +65,8 @@ def write_final_csv(environment, prefix: str) -> None:
 
     writer = StatsCSV(environment, PERCENTILES_TO_REPORT)
     for suffix, write in (("_stats.csv", writer.requests_csv), ("_failures.csv", writer.failures_csv)):
-        path = Path(prefix + suffix)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        with tmp.open("w", newline="") as handle:
+        with atomic_write(prefix + suffix, newline="") as handle:
             write(csv.writer(handle))
-        os.replace(tmp, path)
 
 
 def stop_locust_csv_writer() -> None:

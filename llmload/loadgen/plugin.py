@@ -217,7 +217,7 @@ class LoadPlugin:
             try:
                 self.sink.raw_log = RawLogWriter(path)
             except OSError as exc:
-                self.fail(f"cannot write the raw log {path}: {exc.strerror or exc}")
+                self.fail_raw_log(path, exc)
         if self.master is not None:
             self.master.start(self.sink, self.budget, path)
         self.monitor.start(settings)
@@ -306,7 +306,7 @@ class LoadPlugin:
                 if self.raw_log is not None and not self.raw_log.closed:
                     self.raw_log.flush()
             except OSError as exc:
-                self.fail(f"cannot write the raw log {self.raw_log.path}: {exc.strerror or exc}")
+                self.fail_raw_log(self.raw_log.path, exc)
                 return
             if self.worker is not None:
                 if self.needs_tickets:
@@ -326,6 +326,10 @@ class LoadPlugin:
         self.failed = reason
         self.environment.process_exit_code = cliargs.print_error(reason)
         gevent.spawn(self._stop_failed, reason)
+
+    def fail_raw_log(self, path: str | os.PathLike, exc: OSError, what: str = "raw log") -> None:
+        """:meth:`fail` because the raw log (``what``: a worker's ``raw-log shard``) at ``path`` cannot be written."""
+        self.fail(f"cannot write the {what} {path}: {exc.strerror or exc}")
 
     def _stop_failed(self, reason: str) -> None:
         if self.worker is not None:
@@ -430,7 +434,7 @@ class LoadPlugin:
         try:
             self.sink.collect(result)
         except OSError as exc:
-            self.fail(f"cannot write the raw log {self.raw_log.path}: {exc.strerror or exc}")
+            self.fail_raw_log(self.raw_log.path, exc)
             return
         if self.worker is not None:
             self.worker.report_if_drained()

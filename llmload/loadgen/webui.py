@@ -38,6 +38,7 @@ from pathlib import Path
 
 from flask import Blueprint, Response, request, send_from_directory, stream_with_context
 
+from llmload.core.atomicfile import atomic_write_text
 from llmload.core.clienterror import FLAG_SHARE, figures_of, flag_text, flags, worst
 from llmload.core.metrics import RunSummary, column_scale, column_title, headline_columns
 from llmload.loadgen.live import HISTORY_S
@@ -489,7 +490,4 @@ def write_html_extras(environment, plugin, path: str | os.PathLike | None = None
     settings = plugin.settings
     monitor_path = settings.monitor_path if getattr(settings, "monitor_pid", None) is not None else None
     page = add_report_section(path.read_text(encoding="utf-8"), plugin, monitor_path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(page, encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return atomic_write_text(path, page)

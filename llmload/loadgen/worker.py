@@ -57,7 +57,7 @@ class WorkerRole:
             try:
                 sink.raw_log = RawLogWriter(path, keep=True)
             except OSError as exc:
-                self.plugin.fail(f"cannot write the raw-log shard {path}: {exc.strerror or exc}")
+                self.plugin.fail_raw_log(path, exc, "raw-log shard")
         return sink
 
     # ------------------------------------------------------------------ tickets

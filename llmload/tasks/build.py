@@ -15,12 +15,13 @@ with their own hook (:mod:`llmload.tasks.generated`).
 
 from __future__ import annotations
 
+import itertools
 import random
 import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from llmload.core.defaults import MAX_MODEL_LEN
 from llmload.core.metrics import percentile
@@ -90,72 +91,76 @@ def _cut(text: str, offsets: Sequence[tuple[int, int]], keep_tokens: int) -> str
     return text if keep_tokens >= len(offsets) else text[:offsets[keep_tokens - 1][1]].rstrip()
 
 
-def select_records(task: Task, raw: RawSource, counter: TokenCounter, *, num: int, seed: int, max_tokens: int,
-                   max_model_len: int, build: dict | None = None, progress: bool = True
-                   ) -> tuple[list[PromptRecord], SelectionStats]:
-    """Sample up to ``num`` records of ``task`` from ``raw`` whose prompt plus ``max_tokens`` fits the context.
+def sample(records: Iterable[PromptRecord], num: int, task: str, progress: bool = True) -> list[PromptRecord]:
+    """The first ``num`` of ``records`` (all, when fewer), under a progress bar; a generator is asked for no more."""
+    from tqdm.auto import tqdm
+
+    taken = []
+    with tqdm(total=num, desc=f"{task:<13}", unit="prompt", disable=not progress, file=sys.stderr,
+              dynamic_ncols=True) as bar:
+        for record in itertools.islice(records, num):
+            taken.append(record)
+            bar.update(1)
+    return taken
+
+
+def select_records(task: Task, raw: RawSource, counter: TokenCounter, stats: SelectionStats, *, seed: int,
+                   max_tokens: int, max_model_len: int, build: dict | None = None) -> Iterator[PromptRecord]:
+    """The records of ``task`` from ``raw`` whose prompt plus ``max_tokens`` fits the context, in the seeded order
+    (:func:`sample` takes the first ``num``); what was left out is counted in ``stats``.
 
     Each raw text is tokenized once (with offsets, to cut it at a token boundary);
     the prompt and chat forms that are kept are counted exactly.
     """
-    from tqdm.auto import tqdm
-
     template = task.template
     limit = max_model_len - max_tokens  # the most input tokens a request may have
     overhead = max(_overheads(task, counter))
     margin = 4  # tokens may merge differently where the template meets the text
-    stats = SelectionStats(candidates=len(raw.items))
-    seen_texts, seen_ids, records = set(), set(), []
+    seen_texts, seen_ids = set(), set()
     order = shuffled(raw.items, task.name, seed)
-    with tqdm(total=num, desc=f"{task.name:<13}", unit="prompt", disable=not progress, file=sys.stderr,
-              dynamic_ncols=True) as bar:
-        for start in range(0, len(order), BATCH_SIZE):
-            batch = []
-            for item in order[start:start + BATCH_SIZE]:
-                key = normalised(item.text)
-                if key in seen_texts or item.id in seen_ids:
-                    stats.duplicates += 1
-                    continue
-                seen_texts.add(key)
-                seen_ids.add(item.id)
-                batch.append(item)
-            candidates = []  # (item, text to render, cut already)
-            for item, offsets in zip(batch, counter.text_offsets([item.text for item in batch]) if batch else []):
-                if len(offsets) < template.min_text_tokens:
-                    stats.too_short += 1
-                elif len(offsets) + overhead <= limit + margin:  # fits, or nearly: the exact count decides
-                    candidates.append((item, item.text, False))
-                elif template.truncate and limit - overhead - margin >= template.min_text_tokens:
-                    candidates.append((item, _cut(item.text, offsets, limit - overhead - margin), True))
-                else:
-                    stats.too_long += 1
-            if not candidates:
+    for start in range(0, len(order), BATCH_SIZE):
+        batch = []
+        for item in order[start:start + BATCH_SIZE]:
+            key = normalised(item.text)
+            if key in seen_texts or item.id in seen_ids:
+                stats.duplicates += 1
                 continue
-            rendered = [task.render(text) for _, text, _ in candidates]
-            prompt_counts = counter.prompt_tokens([prompt for prompt, _ in rendered])
-            chat_counts = counter.chat_tokens([messages for _, messages in rendered])
-            for (item, text, truncated), (prompt, messages), n_prompt, n_chat in zip(
-                    candidates, rendered, prompt_counts, chat_counts):
-                if max(n_prompt, n_chat or 0) > limit:
-                    fitted = _truncate_to_fit(task, text, counter, limit) if template.truncate else None
-                    if fitted is None:
-                        stats.too_long += 1
-                        continue
-                    text, (prompt, messages), n_prompt, n_chat = fitted
-                    truncated = True
-                stats.truncated += truncated
-                metadata = {"source_id": item.id, "chat_input_tokens": n_chat, "truncated": truncated}
-                if truncated:
-                    metadata["original_text_chars"] = len(item.text)
-                metadata.update(item.extra)
-                metadata["build"] = dict(build or {})
-                records.append(PromptRecord(id=f"{task.name}:{item.id}", task=task.name, source=raw.name,
-                                            prompt=prompt, messages=messages, max_tokens=max_tokens,
-                                            input_tokens=n_prompt, reference=item.reference, metadata=metadata))
-                bar.update(1)
-                if len(records) == num:
-                    return records, stats
-    return records, stats
+            seen_texts.add(key)
+            seen_ids.add(item.id)
+            batch.append(item)
+        candidates = []  # (item, text to render, cut already)
+        for item, offsets in zip(batch, counter.text_offsets([item.text for item in batch]) if batch else []):
+            if len(offsets) < template.min_text_tokens:
+                stats.too_short += 1
+            elif len(offsets) + overhead <= limit + margin:  # fits, or nearly: the exact count decides
+                candidates.append((item, item.text, False))
+            elif template.truncate and limit - overhead - margin >= template.min_text_tokens:
+                candidates.append((item, _cut(item.text, offsets, limit - overhead - margin), True))
+            else:
+                stats.too_long += 1
+        if not candidates:
+            continue
+        rendered = [task.render(text) for _, text, _ in candidates]
+        prompt_counts = counter.prompt_tokens([prompt for prompt, _ in rendered])
+        chat_counts = counter.chat_tokens([messages for _, messages in rendered])
+        for (item, text, truncated), (prompt, messages), n_prompt, n_chat in zip(
+                candidates, rendered, prompt_counts, chat_counts):
+            if max(n_prompt, n_chat or 0) > limit:
+                fitted = _truncate_to_fit(task, text, counter, limit) if template.truncate else None
+                if fitted is None:
+                    stats.too_long += 1
+                    continue
+                text, (prompt, messages), n_prompt, n_chat = fitted
+                truncated = True
+            stats.truncated += truncated
+            metadata = {"source_id": item.id, "chat_input_tokens": n_chat, "truncated": truncated}
+            if truncated:
+                metadata["original_text_chars"] = len(item.text)
+            metadata.update(item.extra)
+            metadata["build"] = dict(build or {})
+            yield PromptRecord(id=f"{task.name}:{item.id}", task=task.name, source=raw.name, prompt=prompt,
+                               messages=messages, max_tokens=max_tokens, input_tokens=n_prompt,
+                               reference=item.reference, metadata=metadata)
 
 
 def _truncate_to_fit(task: Task, text: str, counter: TokenCounter, limit: int):
@@ -410,7 +415,7 @@ def build_datasets(tasks: str | Iterable[str] | None = None, *, source: str = "a
         if spec.generated:
             requests[task] = GenerateRequest(task=spec, counter=counter, num=num, seed=seed, max_tokens=budgets[task],
                                              max_model_len=max_model_len, options=values[task],
-                                             build={**want, "source": kinds[task]}, progress=progress)
+                                             build={**want, "source": kinds[task]})
             if spec.check is not None:
                 spec.check(raws[task], requests[task])
     built = []
@@ -422,12 +427,11 @@ def build_datasets(tasks: str | Iterable[str] | None = None, *, source: str = "a
         raw, spec = raws[task], get_task(task)
         if reason != "missing":
             log(f"{task}: rebuilding {path.name} ({reason})")
-        if spec.generated:
-            records, stats = spec.generate(raw, requests[task]), SelectionStats(candidates=len(raw.items))
-        else:
-            records, stats = select_records(spec, raw, counter, num=num, seed=seed, max_tokens=budgets[task],
-                                            max_model_len=max_model_len, build={**want, "source": kinds[task]},
-                                            progress=progress)
+        stats = SelectionStats(candidates=len(raw.items))
+        candidates = spec.generate(raw, requests[task]) if spec.generated else select_records(
+            spec, raw, counter, stats, seed=seed, max_tokens=budgets[task], max_model_len=max_model_len,
+            build={**want, "source": kinds[task]})
+        records = sample(candidates, num, task, progress)
         if not records:
             raise DatasetError(f"{task}: none of the {stats.candidates} items of {raw.name} is usable "
                                f"({stats.too_long} too long, {stats.too_short} too short, {stats.duplicates} "

@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import math
 import random
-import sys
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 from llmload.core.records import DatasetError, PromptRecord
 from llmload.tasks.build import BATCH_SIZE, normalised, shuffled
@@ -28,13 +27,6 @@ from llmload.tasks.sources import RawItem, RawSource
 from llmload.tasks.tokens import TokenCounter
 
 EPSILON = 1e-9  # so that 100 * 1.1 is 110, not 110.00000000000001
-
-
-def _progress(req: GenerateRequest):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=req.num, desc=f"{req.task.name:<13}", unit="prompt", disable=not req.progress,
-                file=sys.stderr, dynamic_ncols=True)
 
 
 class CorpusCutter:
@@ -146,8 +138,9 @@ def check_synthetic(raw: RawSource, req: GenerateRequest) -> None:
                            f"{req.max_model_len}: at most {max(limit, 0)}{spread}")
 
 
-def synthetic_records(raw: RawSource, req: GenerateRequest) -> list[PromptRecord]:
-    """``num`` prompts cut from the corpus, each exactly its drawn length in tokens of the completion form.
+def synthetic_records(raw: RawSource, req: GenerateRequest) -> Iterator[PromptRecord]:
+    """Prompts cut from the corpus (until it is used up), each exactly its drawn length in tokens of the
+    completion form.
 
     Lengths are drawn uniformly over ``input_len * (1 ± range_ratio)`` and budgets over
     ``max_tokens * (1 ± range_ratio)`` (integers, bounds included). ``input_tokens`` is
@@ -160,25 +153,21 @@ def synthetic_records(raw: RawSource, req: GenerateRequest) -> list[PromptRecord
     lengths = random.Random(f"{req.task.name}-lengths:{req.seed}")
     cutter = CorpusCutter(raw.items, counter, req.task.name, req.seed)
     count = lambda text: counter.prompt_tokens([text])[0]  # noqa: E731 - the exact count, as the server's
-    records: list[PromptRecord] = []
-    with _progress(req) as bar:
-        while len(records) < req.num:
-            n_input, n_output = lengths.randint(low, high), lengths.randint(out_low, out_high)
-            cut = cutter.cut(n_input, count)
-            if cut is None:
-                break  # the corpus is used up: a smaller set, with the build's warning
-            text, used = cut
-            messages = _user_message(text)
-            n_chat = counter.chat_tokens([messages])[0]
-            if max(n_input, n_chat or 0) + n_output > req.max_model_len:
-                continue  # only if the chat template's overhead varied
-            records.append(PromptRecord(
-                id=f"{req.task.name}:{used[0]}", task=req.task.name, source=raw.name, prompt=text, messages=messages,
-                max_tokens=n_output, input_tokens=n_input,
-                metadata={"source_id": used[0], "source_ids": used, "chat_input_tokens": n_chat, "truncated": False,
-                          "build": dict(req.build)}))
-            bar.update(1)
-    return records
+    while True:
+        n_input, n_output = lengths.randint(low, high), lengths.randint(out_low, out_high)
+        cut = cutter.cut(n_input, count)
+        if cut is None:
+            return  # the corpus is used up: a smaller set, with the build's warning
+        text, used = cut
+        messages = _user_message(text)
+        n_chat = counter.chat_tokens([messages])[0]
+        if max(n_input, n_chat or 0) + n_output > req.max_model_len:
+            continue  # only if the chat template's overhead varied
+        yield PromptRecord(
+            id=f"{req.task.name}:{used[0]}", task=req.task.name, source=raw.name, prompt=text, messages=messages,
+            max_tokens=n_output, input_tokens=n_input,
+            metadata={"source_id": used[0], "source_ids": used, "chat_input_tokens": n_chat, "truncated": False,
+                      "build": dict(req.build)})
 
 
 # --------------------------------------------------------------------------- prefix
@@ -218,9 +207,10 @@ def _starts_with(ids: Sequence[int] | None, head: Sequence[int] | None) -> bool:
     return ids is None or head is None or list(ids[:len(head)]) == list(head)
 
 
-def prefix_records(raw: RawSource, req: GenerateRequest, documents: Callable[[], list[RawItem]]) -> list[PromptRecord]:
-    """``num`` prompts in ``prefix_groups`` groups: each group's document of exactly ``prefix_len`` tokens, then
-    one distinct short question of ``raw``; record ``i`` belongs to group ``i % prefix_groups``.
+def prefix_records(raw: RawSource, req: GenerateRequest, documents: Callable[[], list[RawItem]]
+                   ) -> Iterator[PromptRecord]:
+    """Prompts in ``prefix_groups`` groups: each group's document of exactly ``prefix_len`` tokens, then one
+    distinct short question of ``raw``; record ``i`` belongs to group ``i % prefix_groups``.
 
     ``metadata.prefix_tokens`` (completion form) and ``chat_prefix_tokens`` (chat form)
     count the tokens every prompt of the group shares, token for token: the frame,
@@ -244,37 +234,33 @@ def prefix_records(raw: RawSource, req: GenerateRequest, documents: Callable[[],
             chat, content = counter.chat_text(messages), messages[0]["content"]
             chat_head = counter.text_ids([chat[:chat.index(content) + len(content) - len(" ?")]])[0]
         heads.append((head, chat_head))
-    seen, records = set(), []
+    seen, made = set(), 0
     questions = shuffled(raw.items, req.task.name, req.seed)
-    with _progress(req) as bar:
-        for start in range(0, len(questions), BATCH_SIZE):
-            batch = [q for q in questions[start:start + BATCH_SIZE] if normalised(q.text) not in seen]
-            for question, ids in zip(batch, counter.text_ids([q.text for q in batch]) if batch else []):
-                if len(ids) > QUESTION_MAX_TOKENS or normalised(question.text) in seen:
-                    continue
-                group = len(records) % groups
-                (document, document_ids), (head, chat_head) = docs[group], heads[group]
-                prompt, messages = prefix_prompt(document, question.text)
-                prompt_ids, chat_ids = counter.prompt_ids([prompt])[0], counter.chat_ids([messages])[0]
-                if not (_starts_with(prompt_ids, head) and _starts_with(chat_ids, chat_head)):
-                    continue  # the question merged into the shared part: not a clean prefix
-                n_chat = None if chat_ids is None else len(chat_ids)
-                if max(len(prompt_ids), n_chat or 0) + req.max_tokens > req.max_model_len:
-                    continue
-                seen.add(normalised(question.text))
-                records.append(PromptRecord(
-                    id=f"{req.task.name}:{group}:{question.id}", task=req.task.name, source=raw.name, prompt=prompt,
-                    messages=messages, max_tokens=req.max_tokens, input_tokens=len(prompt_ids),
-                    reference=question.reference,
-                    metadata={"source_id": question.id, "chat_input_tokens": n_chat, "truncated": False,
-                              "prefix_group": group, "prefix_tokens": len(head),
-                              "chat_prefix_tokens": None if chat_head is None else len(chat_head),
-                              "document_tokens": length, "document_source_ids": document_ids,
-                              "build": dict(req.build)}))
-                bar.update(1)
-                if len(records) == req.num:
-                    return records
-    return records
+    for start in range(0, len(questions), BATCH_SIZE):
+        batch = [q for q in questions[start:start + BATCH_SIZE] if normalised(q.text) not in seen]
+        for question, ids in zip(batch, counter.text_ids([q.text for q in batch]) if batch else []):
+            if len(ids) > QUESTION_MAX_TOKENS or normalised(question.text) in seen:
+                continue
+            group = made % groups
+            (document, document_ids), (head, chat_head) = docs[group], heads[group]
+            prompt, messages = prefix_prompt(document, question.text)
+            prompt_ids, chat_ids = counter.prompt_ids([prompt])[0], counter.chat_ids([messages])[0]
+            if not (_starts_with(prompt_ids, head) and _starts_with(chat_ids, chat_head)):
+                continue  # the question merged into the shared part: not a clean prefix
+            n_chat = None if chat_ids is None else len(chat_ids)
+            if max(len(prompt_ids), n_chat or 0) + req.max_tokens > req.max_model_len:
+                continue
+            seen.add(normalised(question.text))
+            made += 1
+            yield PromptRecord(
+                id=f"{req.task.name}:{group}:{question.id}", task=req.task.name, source=raw.name, prompt=prompt,
+                messages=messages, max_tokens=req.max_tokens, input_tokens=len(prompt_ids),
+                reference=question.reference,
+                metadata={"source_id": question.id, "chat_input_tokens": n_chat, "truncated": False,
+                          "prefix_group": group, "prefix_tokens": len(head),
+                          "chat_prefix_tokens": None if chat_head is None else len(chat_head),
+                          "document_tokens": length, "document_source_ids": document_ids,
+                          "build": dict(req.build)})
 
 
 # --------------------------------------------------------------------------- conversation
@@ -329,44 +315,41 @@ def check_conversation(raw: RawSource, req: GenerateRequest) -> None:
                            f"must fit --max-model-len {req.max_model_len}: at most {max(budget_limit, 0)}")
 
 
-def conversation_records(raw: RawSource, req: GenerateRequest) -> list[PromptRecord]:
+def conversation_records(raw: RawSource, req: GenerateRequest) -> Iterator[PromptRecord]:
     """One record per conversation: its first user turns (at most ``max_turns``, at least 2) that fit.
 
     A conversation keeps as many of its first user turns as fit the context by
     :func:`conversation_tokens`; one where fewer than 2 fit is left out. ``messages``
     and ``prompt`` hold the first turn (``input_tokens`` counts it), ``turns`` all of
-    them, ``max_tokens`` is the budget of each answer. Too few conversations is an error.
+    them, ``max_tokens`` is the budget of each answer. Running out before ``num`` is an error.
     """
     counter, max_turns = req.counter, req.options["max_turns"]
-    seen, records, too_long = set(), [], 0
-    with _progress(req) as bar:
-        for item in shuffled(raw.items, req.task.name, req.seed):
-            key = normalised(item.text)
-            if key in seen:
-                continue
-            seen.add(key)
-            turns = list(item.extra["turns"][:max_turns])
-            while len(turns) >= 2:
-                context = conversation_tokens(counter, turns, req.max_tokens)
-                if context <= req.max_model_len:
-                    break
-                turns.pop()
-            if len(turns) < 2:
-                too_long += 1
-                continue
-            prompt, messages = conversation_prompt(turns[:1]), tuple(conversation_messages(turns[:1]))
-            n_chat = counter.chat_tokens([messages])[0]
-            records.append(PromptRecord(
-                id=f"{req.task.name}:{item.id}", task=req.task.name, source=raw.name, prompt=prompt,
-                messages=messages, max_tokens=req.max_tokens, input_tokens=counter.prompt_tokens([prompt])[0],
-                reference=item.reference, turns=tuple(turns),
-                metadata={"source_id": item.id, "chat_input_tokens": n_chat, "truncated": False,
-                          "turn_tokens": [len(ids) for ids in counter.text_ids(turns)],
-                          "user_turns_available": len(item.extra["turns"]), "context_tokens": context,
-                          "build": dict(req.build)}))
-            bar.update(1)
-            if len(records) == req.num:
-                return records
-    raise DatasetError(f"--num {req.num}: only {len(records)} of the {len(raw.items)} conversations of {raw.name} "
+    seen, made, too_long = set(), 0, 0
+    for item in shuffled(raw.items, req.task.name, req.seed):
+        key = normalised(item.text)
+        if key in seen:
+            continue
+        seen.add(key)
+        turns = list(item.extra["turns"][:max_turns])
+        while len(turns) >= 2:
+            context = conversation_tokens(counter, turns, req.max_tokens)
+            if context <= req.max_model_len:
+                break
+            turns.pop()
+        if len(turns) < 2:
+            too_long += 1
+            continue
+        prompt, messages = conversation_prompt(turns[:1]), tuple(conversation_messages(turns[:1]))
+        n_chat = counter.chat_tokens([messages])[0]
+        made += 1
+        yield PromptRecord(
+            id=f"{req.task.name}:{item.id}", task=req.task.name, source=raw.name, prompt=prompt,
+            messages=messages, max_tokens=req.max_tokens, input_tokens=counter.prompt_tokens([prompt])[0],
+            reference=item.reference, turns=tuple(turns),
+            metadata={"source_id": item.id, "chat_input_tokens": n_chat, "truncated": False,
+                      "turn_tokens": [len(ids) for ids in counter.text_ids(turns)],
+                      "user_turns_available": len(item.extra["turns"]), "context_tokens": context,
+                      "build": dict(req.build)})
+    raise DatasetError(f"--num {req.num}: only {made} of the {len(raw.items)} conversations of {raw.name} "
                        f"fit --max-model-len {req.max_model_len} with 2 or more turns of --max-tokens "
-                       f"{req.task.name}={req.max_tokens}: at most {len(records)}, or raise --max-model-len")
+                       f"{req.task.name}={req.max_tokens}: at most {made}, or raise --max-model-len")

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Union
 
 from llmload.core.records import DatasetError, PromptRecord
 from llmload.tasks import sources
@@ -149,10 +149,10 @@ class GenerateRequest:
     max_model_len: int
     options: dict[str, Any]  # every option of the task, by ``dest``, defaults filled in
     build: dict  # the build settings, stored in each record's ``metadata["build"]``
-    progress: bool = False
 
 
-GenerateHook = Callable[[RawSource, GenerateRequest], list[PromptRecord]]
+#: The records in order, as many as the source gives: the build takes the first ``num`` and asks for no more.
+GenerateHook = Callable[[RawSource, GenerateRequest], Iterable[PromptRecord]]
 CheckHook = Callable[[RawSource, GenerateRequest], None]
 
 

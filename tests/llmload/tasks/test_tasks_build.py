@@ -215,6 +215,22 @@ def test_render_gives_both_api_forms():
     json.dumps(messages)  # plain JSON, ready for the API
 
 
+@pytest.mark.unit
+def test_sample_takes_the_first_num_and_asks_a_generator_for_no_more(capsys):
+    asked = []
+
+    def records():
+        for i in range(5):
+            asked.append(i)
+            yield f"record {i}"
+        raise AssertionError("asked past the end")
+
+    assert build.sample(records(), 3, "qa", progress=False) == ["record 0", "record 1", "record 2"]
+    assert asked == [0, 1, 2]  # no fourth record built (a generator's work, or its running-out error)
+    assert build.sample(["a", "b"], 3, "qa", progress=False) == ["a", "b"]  # fewer than num: all of them
+    assert capsys.readouterr().err == ""  # no progress bar without progress
+
+
 @pytest.mark.model
 @pytest.mark.integration
 def test_the_real_server_counts_the_same_input_tokens(bundled_sets, real_server):
