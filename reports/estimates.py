@@ -22,6 +22,7 @@ from llmload.core.calibration import Spread
 from llmload.core.metrics import METRICS, RequestResult, request_metrics, summarize
 from llmload.core.stats import (Interval, Statistic, block_ratio_interval, combined_spread, intervals, ratio_interval,
                                 repeat_interval, repeat_ratio_interval, widened)
+from reports.records import NOT_SAVED
 
 #: Run-level figures that get an interval (counts and the wall time do not: they are what was done).
 ESTIMATED_FIGURES = ("request_throughput", "output_token_throughput", "slo_attainment", "goodput")
@@ -137,7 +138,7 @@ class Estimates:
 
     values: dict[str, Any] = field(default_factory=dict)
     intervals: dict[str, Interval] = field(default_factory=dict)
-    requests: Requests | None = None
+    requests: Requests | None = field(default=None, metadata=NOT_SAVED)
     repeats: list["Estimates"] = field(default_factory=list)
     block: int | None = None  # a cell's block of the interleaved order (None: a sequential run, or pooled repeats)
 
