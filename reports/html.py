@@ -121,8 +121,8 @@ def chart(figure, name: str) -> str:
     """A plotly figure drawn into the page (``name``: unique in the page); the page embeds plotly.js once."""
     import plotly.io  # heavy: only when a page is written
 
-    figure.update_layout(template="plotly_white", margin={"l": 60, "r": 20, "t": 50, "b": 50}, height=420,
-                         legend={"font": {"size": 11}})
+    margin = {"l": 60, "r": 20, "t": 50, "b": 50, **figure.layout.margin.to_plotly_json()}  # the figure's own first
+    figure.update_layout(template="plotly_white", margin=margin, height=420, legend={"font": {"size": 11}})
     spec = plotly.io.to_json(figure, validate=False).replace("</", "<\\/")
     ident = "chart-" + re.sub(r"[^A-Za-z0-9_-]+", "-", name)
     return (f'<div class="chart" id="{ident}" data-chart="{esc(name)}"></div>\n'
@@ -172,6 +172,11 @@ def write_html(report: Report, path: Path) -> Path:
 # --------------------------------------------------------------------------- the run's charts
 
 
+#: One colour per server, in the order of their names (matplotlib's and plotly's default cycle).
+PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+           "#17becf"]
+
+
 def _bars(values: list, ivs: list[Interval | None], scale: float) -> dict | None:
     """Plotly's asymmetric error bars of ``values`` from their intervals (None where a point has none)."""
     plus = [None if v is None or iv is None or not iv.has_interval else (iv.high - v) * scale
@@ -202,12 +207,10 @@ def curve_figure(rows: list[Row], task: str):
     lines: dict[tuple, list[Row]] = {}
     for r in mine:
         lines.setdefault((r.point.server, r.point.mode), []).append(r)
-    colours = {name: f"C{i}" for i, name in enumerate(sorted({k[0] for k in lines}))}
-    palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
-               "#17becf"]
+    colours = {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(sorted({k[0] for k in lines}))}
     for (server, mode), points in sorted(lines.items()):
         points = sorted(points, key=_level)
-        colour = palette[int(colours[server][1:]) % len(palette)]
+        colour = colours[server]
         for col, (column, _) in enumerate(panels, 1):
             shown = [r for r in points if r.get(column) is not None]
             if not shown:
@@ -228,17 +231,19 @@ def curve_figure(rows: list[Row], task: str):
             fig.update_yaxes(title_text=title(column), row=1, col=col)
             fig.update_xaxes(title_text="output tok/s", row=1, col=col)
     fig.update_layout(title={"text": f"{task}: throughput against latency across load levels (95 % intervals)",
-                             "font": {"size": 14}})
+                             "font": {"size": 14}, "y": 0.98}, margin={"t": 90})
     return fig
 
 
 def ratio_figure(report: Report):
-    """Each headline ratio (baseline / server) with its 95 % interval, one marker per point and figure, log scale."""
+    """Each headline ratio (baseline / server) with its 95 % interval, one marker per point and figure, log scale
+    (a ratio of too few pairs to be estimated is left out, as the table says)."""
     import plotly.graph_objects as go
 
     fig = go.Figure()
-    for metric in [m for m in RATIO_COLUMNS if any(r.metric == m and r.value is not None for r in report.ratios)]:
-        mine = [r for r in report.ratios if r.metric == metric and r.value is not None]
+    drawn = [r for r in report.ratios if r.interval.value is not None]
+    for metric in [m for m in RATIO_COLUMNS if any(r.metric == m for r in drawn)]:
+        mine = [r for r in drawn if r.metric == metric]
         labels = [f"{r.get('ratio')} {r.bottom.point.task} {r.bottom.point.mode} {r.bottom.point.level}" for r in mine]
         values = [r.value for r in mine]
         fig.add_trace(go.Scatter(x=values, y=labels, mode="markers", name=title(metric),
@@ -256,39 +261,42 @@ DECISION_SYMBOLS = {"held": "circle-open", "failed": "x-open", "undecided": "squ
 
 
 def capacity_figure(report: Report, task: str):
-    """Goodput against offered rate of each search's steps (marked by decision), the capacity as a dashed line with
-    its interval shaded, and y = x."""
+    """Each search's steps: SLO attainment against offered rate with its Clopper-Pearson bounds, marked by decision;
+    the target attainment; the capacity as a dashed line with its interval shaded."""
     import plotly.graph_objects as go
 
     fig = go.Figure()
-    steps = [s for s in report.goodput_steps if s.task == task and s.rate is not None and s.goodput is not None]
-    servers = sorted({s.server for s in steps} | {c.server for c in report.capacity if c.task == task})
-    palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
+    steps = [s for s in report.goodput_steps if s.task == task and s.rate is not None and s.attainment is not None]
+    searches = [c for c in report.capacity if c.task == task]
+    servers = sorted({s.server for s in steps} | {c.server for c in searches})
     for i, server in enumerate(servers):
-        colour = palette[i % len(palette)]
+        colour = PALETTE[i % len(PALETTE)]
         mine = sorted((s for s in steps if s.server == server), key=lambda s: s.rate)
         if mine:
+            bounds = [Interval(s.attainment, s.attainment_low, s.attainment_high) for s in mine]
             fig.add_trace(go.Scatter(
-                x=[s.rate for s in mine], y=[s.goodput for s in mine], mode="lines+markers", name=server,
+                x=[s.rate for s in mine], y=[s.attainment for s in mine], mode="markers", name=server,
                 marker={"symbol": [DECISION_SYMBOLS.get(s.decision or "", "circle") for s in mine], "size": 10,
-                        "color": colour}, line={"color": colour},
-                hovertext=[f"{server}: {s.rate:g} req/s offered, goodput {s.goodput:.3g} req/s, SLO met "
-                           f"{'?' if s.attainment is None else f'{s.attainment:.3g}'} %, {s.decision}" for s in mine],
-                hoverinfo="text"))
-        for c in report.capacity:
-            if c.server != server or c.task != task or c.capacity_rps is None:
+                        "color": colour},
+                error_y=_bars([s.attainment for s in mine], bounds, 1.0),
+                hovertext=[f"{server}: {s.rate:g} req/s offered: SLO met by {s.attainment:.3g} % "
+                           + ("" if s.attainment_low is None else f"[{s.attainment_low:.3g}, {s.attainment_high:.3g}] ")
+                           + ("" if s.goodput is None else f"(goodput {s.goodput:.3g} req/s) ") + f"{s.decision}"
+                           for s in mine], hoverinfo="text"))
+        for c in searches:
+            if c.server != server or c.capacity_rps is None:
                 continue
             fig.add_vline(x=c.capacity_rps, line={"color": colour, "dash": "dash", "width": 1})
             if c.ci_low is not None:
                 fig.add_vrect(x0=c.ci_low, x1=c.ci_high if c.ci_high is not None else c.capacity_rps,
                               fillcolor=colour, opacity=0.12, line_width=0)
-    top = max([s.rate for s in steps] + [c.capacity_rps or 0 for c in report.capacity if c.task == task] + [1.0])
-    fig.add_trace(go.Scatter(x=[0, top], y=[0, top], mode="lines", name="every request within the SLO",
-                             line={"color": "grey", "dash": "dot", "width": 1}))
+    for target in sorted({c.slo_target for c in searches if c.slo_target is not None}):
+        fig.add_hline(y=target, line={"color": "grey", "dash": "dot", "width": 1})
     fig.update_xaxes(title_text="offered requests/s")
-    fig.update_yaxes(title_text="goodput (requests/s within the SLO)")
-    fig.update_layout(title={"text": f"{task}: capacity search (steps: circle held, x failed, square undecided; "
-                                     "capacity dashed, its interval shaded)", "font": {"size": 13}})
+    fig.update_yaxes(title_text="requests within the SLO (%)")
+    fig.update_layout(title={"text": f"{task}: capacity search (steps: circle held, x failed, square undecided, "
+                                     "with 95 % bounds; dotted: the target; capacity dashed, its interval shaded)",
+                             "font": {"size": 13}})
     return fig
 
 

@@ -218,7 +218,8 @@ def capacity_sentence(r: Ratio) -> str:
 
 @dataclass
 class GoodputStep(Record):
-    """One step of a capacity search: the offered rate, the goodput and SLO attainment it measured, its decision."""
+    """One step of a capacity search: the offered rate, the goodput and SLO attainment (%, with its
+    Clopper-Pearson bounds) it measured, its decision."""
 
     server: str | None
     task: str | None
@@ -227,12 +228,15 @@ class GoodputStep(Record):
     goodput: Number
     attainment: Number
     decision: str | None
+    attainment_low: Number = None
+    attainment_high: Number = None
 
 
 def goodput_steps(run: RunData) -> list[GoodputStep]:
-    """Offered rate against goodput: every capacity step (with its decision)."""
+    """Offered rate against goodput and attainment: every capacity step (with its decision)."""
     return [GoodputStep(e.get("server"), e.get("task"), e.get("mode"), step.get("rate"), step.get("goodput"),
-                        step.get("attainment"), step.get("decision"))
+                        step.get("attainment"), step.get("decision"), step.get("attainment_low"),
+                        step.get("attainment_high"))
             for e in run.capacity for step in e.get("steps") or []]
 
 
