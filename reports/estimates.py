@@ -198,7 +198,7 @@ def ratio_intervals(top: Estimates, bottom: Estimates, columns, key: tuple,
     spreads where both have one for the figure (``spreads``: per side, figure ->
     :class:`~llmload.core.calibration.Spread`), else within-run only.
     """
-    tops, bottoms = top.requests.statistics("prompt"), bottom.requests.statistics("prompt")
+    tops = bottoms = None  # the requests' statistics, made when a column first needs them
     out = {}
     draws: dict = {}  # one draw of the shared prompt occurrences per block length for every column
     for column in columns:
@@ -207,9 +207,15 @@ def ratio_intervals(top: Estimates, bottom: Estimates, columns, key: tuple,
                      else (None,))
         if all(in_blocks) and len(set(in_blocks[0]) & set(in_blocks[1])) >= 2:
             out[column] = (block_ratio_interval(*in_blocks), "paired repeats")
-        elif per_top and per_bottom:
+            continue
+        if per_top and per_bottom:
             out[column] = (repeat_ratio_interval(per_top, per_bottom), "repeats")
-        elif column in tops and column in bottoms:
+            continue
+        if top.requests is None or bottom.requests is None:
+            continue  # no requests to pair (a saved report without its raw logs)
+        if tops is None:
+            tops, bottoms = top.requests.statistics("prompt"), bottom.requests.statistics("prompt")
+        if column in tops and column in bottoms:
             iv, paired = ratio_interval(tops[column], bottoms[column], key=("ratio",) + tuple(key), draws=draws)
             sides = [s.get(column) if s else None for s in spreads]
             if all(sides):

@@ -304,7 +304,8 @@ def compare_plot(rows: list[Ratio], path: Path) -> Path | None:
             color = "C3" if r.get("significant") else "C0"
             low, high, at = value(r, "ci_low"), value(r, "ci_high"), r.get("ratio")
             if low is not None and high is not None:
-                ax.errorbar([at], [y], xerr=[[at - low], [high - at]], fmt="o", color=color, capsize=3)
+                ax.errorbar([at], [y], xerr=[[max(at - low, 0)], [max(high - at, 0)]], fmt="o", color=color,
+                            capsize=3)  # a ratio of means can fall outside the interval of its log ratio
             else:
                 ax.plot([at], [y], "o", color=color, mfc="none")
         ax.axvline(1.0, color="grey", lw=0.8)
