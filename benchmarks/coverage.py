@@ -45,8 +45,7 @@ import numpy as np
 
 from llmload.core.cliargs import OneLineParser, positive_float, positive_int, print_error
 from llmload.core.paths import RESULTS_DIR
-from llmload.core.stats import (Interval, Statistic, Z975, block_counts, interval, repeat_interval, rng_for,
-                                widened)
+from llmload.core.stats import (Interval, Statistic, Z975, block_counts, interval, repeat_interval, widened)
 from llmload.core.tables import render
 from reports.calibrate import components, spread_of
 from reports.estimates import cell_intervals, requests_of
@@ -322,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.synthetic:
         print(f"\nWithin-run methods: coverage of the true value ({args.draws} draws per row, nominal 95 %)\n")
         print(within_study(args.draws, args.resamples))
-        print(f"\nAcross repeats (n = 200 per run, AR(1) 0.5, between-run sd 10 %): coverage of the mean over runs\n")
+        print("\nAcross repeats (n = 200 per run, AR(1) 0.5, between-run sd 10 %): coverage of the mean over runs\n")
         print(repeats_study(args.draws, args.resamples))
         return 0
     try:

@@ -13,16 +13,19 @@ The formulas are :mod:`llmload.core.cost`'s and :func:`llmload.core.metrics.rati
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from llmload.core.cost import usd_per_million_tokens, usd_per_thousand_requests
 from llmload.core.metrics import ratio
 from llmload.core.points import Point
 from llmload.core.stats import Interval
-from llmload.core.tables import render
 from monitors.energy import SOURCES, energy_between
-from reports.format import number
+from reports.format import Part, Table, markdown_section, number
+from reports.records import Number, Record
 from reports.rows import Row
 from reports.run import RunData
 
+TITLE = "Cost and energy"
 #: Cost figure -> (its formula, the throughput it is taken at).
 COSTS = {"usd_per_million_output_tokens": (usd_per_million_tokens, "output_token_throughput"),
          "usd_per_thousand_requests": (usd_per_thousand_requests, "request_throughput")}
@@ -40,12 +43,60 @@ def prices_of(run: RunData) -> dict[str, float]:
     return {str(k): float(v) for k, v in found.items()} if isinstance(found, dict) else {}
 
 
-def cost_interval(column: str, price: float, iv: Interval | None) -> tuple[float | None, float | None]:
-    """The cost's interval from its throughput's: ``[cost(high), cost(low)]``."""
-    if iv is None or not iv.has_interval:
-        return None, None
+def cost_interval(column: str, price: float | None, throughput: float | None, iv: Interval | None) -> Interval:
+    """The cost at ``throughput`` with its interval from the throughput's (``iv``): ``[cost(high), cost(low)]``
+    (none without a price or an interval)."""
     formula = COSTS[column][0]
-    return formula(price, iv.high), formula(price, iv.low)
+    value = formula(price, throughput)
+    if price is None or iv is None or not iv.has_interval:
+        return Interval(value)
+    return Interval(value, formula(price, iv.high), formula(price, iv.low), iv.n, iv.covers,
+                    f"the throughput's interval carried through ({iv.method})" if iv.method else "")
+
+
+@dataclass
+class CostRow(Record):
+    """One ok cell's price, throughputs, costs (each with the interval its throughput's carries) and energy."""
+
+    point: Point
+    repeat: int | None
+    price_per_hour: Number
+    output_token_throughput: Number
+    request_throughput: Number
+    costs: dict[str, Interval] = field(default_factory=dict)  # COSTS' figures
+    energy_j: Number = None
+    energy_source: str | None = None
+    j_per_output_token: Number = None
+    j_per_request: Number = None
+
+    def record(self) -> dict:
+        out = {**self.point.record(), "repeat": self.repeat, "price_per_hour": self.price_per_hour,
+               "output_token_throughput": self.output_token_throughput,
+               "request_throughput": self.request_throughput}
+        for column, iv in self.costs.items():
+            out.update({column: iv.value, f"{column}_ci_low": iv.low, f"{column}_ci_high": iv.high})
+        out.update(energy_j=self.energy_j, energy_source=self.energy_source,
+                   j_per_output_token=self.j_per_output_token, j_per_request=self.j_per_request)
+        return out
+
+
+@dataclass
+class CapacityCostRow(Record):
+    """The costs at the throughput a capacity search measured at the capacity it found."""
+
+    server: str | None
+    task: str | None
+    mode: str | None
+    capacity_rps: Number
+    price_per_hour: Number
+    output_token_throughput: Number
+    request_throughput: Number
+    costs: dict[str, Number] = field(default_factory=dict)  # COSTS' figures
+
+    def record(self) -> dict:
+        return {"server": self.server, "task": self.task, "mode": self.mode, "capacity_rps": self.capacity_rps,
+                "price_per_hour": self.price_per_hour, "output_token_throughput": self.output_token_throughput,
+                "request_throughput": self.request_throughput, **self.costs}
 
 
 def cell_energy(data) -> dict:
@@ -63,7 +114,7 @@ def cell_energy(data) -> dict:
             "j_per_request": ratio(joules, summary.requests - summary.failures)}
 
 
-def cost_rows(run: RunData, rows: list[Row]) -> list[dict]:
+def cost_rows(run: RunData, rows: list[Row]) -> list[CostRow]:
     """One row per ok cell: its price, throughputs, costs with intervals, and energy (``rows``: the report's
     cell rows, in the run's cell order)."""
     prices = prices_of(run)
@@ -71,22 +122,15 @@ def cost_rows(run: RunData, rows: list[Row]) -> list[dict]:
     for data, row in zip(run.cells, rows):
         if not data.ok or data.summary is None:
             continue
-        cell = data.cell
-        price = prices.get(cell.server)
-        line = {k: row.get(k) for k in ("server", "task", "mode", "concurrency", "rate", "repeat", "phase",
-                                         "output_token_throughput", "request_throughput")}
-        line["price_per_hour"] = price
-        for column, (formula, throughput) in COSTS.items():
-            line[column] = formula(price, row.get(throughput))
-            if price is not None:
-                line[f"{column}_ci_low"], line[f"{column}_ci_high"] = cost_interval(
-                    column, price, row.interval(throughput))
-        line.update(cell_energy(data))
-        out.append(line)
+        price = prices.get(data.cell.server)
+        costs = {column: cost_interval(column, price, row.get(throughput), row.interval(throughput))
+                 for column, (_, throughput) in COSTS.items()}
+        out.append(CostRow(row.point, row.repeat, price, row.get("output_token_throughput"),
+                           row.get("request_throughput"), costs, **cell_energy(data)))
     return out
 
 
-def capacity_cost_rows(run: RunData, rows: list[Row]) -> list[dict]:
+def capacity_cost_rows(run: RunData, rows: list[Row]) -> list[CapacityCostRow]:
     """Per capacity search that found a rate, with a price: the costs at the throughput measured at that rate."""
     prices = prices_of(run)
     by_prefix = {data.cell.prefix: row for data, row in zip(run.cells, rows)}
@@ -98,11 +142,10 @@ def capacity_cost_rows(run: RunData, rows: list[Row]) -> list[dict]:
         row = by_prefix.get(step.get("prefix")) if step else None
         if price is None or capacity is None or row is None:
             continue
-        out.append({"server": entry.get("server"), "task": entry.get("task"), "mode": entry.get("mode"),
-                    "capacity_rps": capacity, "price_per_hour": price,
-                    "output_token_throughput": row.get("output_token_throughput"),
-                    "request_throughput": row.get("request_throughput"),
-                    **{column: formula(price, row.get(throughput)) for column, (formula, throughput) in COSTS.items()}})
+        out.append(CapacityCostRow(entry.get("server"), entry.get("task"), entry.get("mode"), capacity, price,
+                                   row.get("output_token_throughput"), row.get("request_throughput"),
+                                   {column: formula(price, row.get(throughput))
+                                    for column, (formula, throughput) in COSTS.items()}))
     return out
 
 
@@ -110,10 +153,9 @@ def usd(value) -> str | None:
     return None if value is None else f"${number(value)}"
 
 
-def usd_text(row: dict, column: str) -> str | None:
-    text = usd(row.get(column))
-    low, high = row.get(f"{column}_ci_low"), row.get(f"{column}_ci_high")
-    return text if text is None or low is None else f"{text} [{usd(low)}, {usd(high)}]"
+def usd_text(iv: Interval) -> str | None:
+    text = usd(iv.value)
+    return text if text is None or iv.low is None else f"{text} [{usd(iv.low)}, {usd(iv.high)}]"
 
 
 NOT_AVAILABLE = ("Energy per token: not available: no cell's monitor recorded an energy counter (NVML's GPU "
@@ -121,38 +163,45 @@ NOT_AVAILABLE = ("Energy per token: not available: no cell's monitor recorded an
                  "readable).")
 
 
-def lines(cost: list[dict], capacity: list[dict]) -> list[str]:
-    """The section (nothing when the run has no ok cell)."""
-    if not cost:
-        return []
-    parts = ["## Cost and energy", ""]
-    priced = [r for r in cost if r.get("price_per_hour") is not None]
+PRICED_NOTE = ("At each server's price per hour (`--price-per-hour`): dollars per 1M output tokens and per 1,000 "
+               "requests at the cell's measured throughput, with the 95 % interval of that throughput carried through.")
+UNPRICED_NOTE = "No price per hour given (`--price-per-hour NAME=USD,...`): no cost figures."
+CAPACITY_NOTE = "At the capacity each search found (the throughput measured at that rate):"
+ENERGY_NOTE = ("Energy over each cell's wall time from the monitor's counter (whole devices: the GPU's every process, "
+               "or the CPU package's, load generator included where it shares the machine); no interval: one counter "
+               "reading per cell.")
+PRICED_HEADERS = ["cell", "$/hour", "out tok/s", "$ per 1M output tokens", "$ per 1,000 requests"]
+CAPACITY_HEADERS = ["server", "task", "mode", "capacity req/s", "$/hour", "$ per 1M output tokens",
+                    "$ per 1,000 requests"]
+ENERGY_HEADERS = ["cell", "energy J", "J per output token", "J per request", "counter"]
+
+
+def parts(cost: list[CostRow], capacity: list[CapacityCostRow]) -> list[Part]:
+    """The section's paragraphs and tables, in order (the Markdown and the HTML render them)."""
+    out: list = []
+    priced = [r for r in cost if r.price_per_hour is not None]
     if priced:
-        parts += ["At each server's price per hour (`--price-per-hour`): dollars per 1M output tokens and per 1,000 "
-                  "requests at the cell's measured throughput, with the 95 % interval of that throughput carried "
-                  "through.", "",
-                  render([[Point.of(r).label, usd(r["price_per_hour"]), number(r["output_token_throughput"] or 0),
-                           usd_text(r, "usd_per_million_output_tokens"), usd_text(r, "usd_per_thousand_requests")]
-                          for r in priced],
-                         ["cell", "$/hour", "out tok/s", "$ per 1M output tokens", "$ per 1,000 requests"]), ""]
+        out += [PRICED_NOTE, Table(PRICED_HEADERS, [
+            [r.point.label, usd(r.price_per_hour), number(r.output_token_throughput or 0),
+             usd_text(r.costs["usd_per_million_output_tokens"]), usd_text(r.costs["usd_per_thousand_requests"])]
+            for r in priced])]
     else:
-        parts += ["No price per hour given (`--price-per-hour NAME=USD,...`): no cost figures.", ""]
+        out.append(UNPRICED_NOTE)
     if capacity:
-        parts += ["At the capacity each search found (the throughput measured at that rate):", "",
-                  render([[r["server"], r["task"], r["mode"], number(r["capacity_rps"]), usd(r["price_per_hour"]),
-                           usd(r["usd_per_million_output_tokens"]), usd(r["usd_per_thousand_requests"])]
-                          for r in capacity],
-                         ["server", "task", "mode", "capacity req/s", "$/hour", "$ per 1M output tokens",
-                          "$ per 1,000 requests"]), ""]
-    measured = [r for r in cost if r.get("energy_j") is not None]
+        out += [CAPACITY_NOTE, Table(CAPACITY_HEADERS, [
+            [r.server, r.task, r.mode, number(r.capacity_rps), usd(r.price_per_hour),
+             usd(r.costs.get("usd_per_million_output_tokens")), usd(r.costs.get("usd_per_thousand_requests"))]
+            for r in capacity])]
+    measured = [r for r in cost if r.energy_j is not None]
     if measured:
-        parts += ["Energy over each cell's wall time from the monitor's counter (whole devices: the GPU's every "
-                  "process, or the CPU package's, load generator included where it shares the machine); no "
-                  "interval: one counter reading per cell.", "",
-                  render([[Point.of(r).label, number(r["energy_j"]), None if r["j_per_output_token"] is None else
-                           number(r["j_per_output_token"]), None if r["j_per_request"] is None else
-                           number(r["j_per_request"]), r["energy_source"]] for r in measured],
-                         ["cell", "energy J", "J per output token", "J per request", "counter"]), ""]
+        out += [ENERGY_NOTE, Table(ENERGY_HEADERS, [
+            [r.point.label, number(r.energy_j), None if r.j_per_output_token is None else number(r.j_per_output_token),
+             None if r.j_per_request is None else number(r.j_per_request), r.energy_source] for r in measured])]
     else:
-        parts += [NOT_AVAILABLE, ""]
-    return parts
+        out.append(NOT_AVAILABLE)
+    return out
+
+
+def lines(cost: list[CostRow], capacity: list[CapacityCostRow]) -> list[str]:
+    """The section (nothing when the run has no ok cell)."""
+    return markdown_section(TITLE, parts(cost, capacity)) if cost else []

@@ -22,6 +22,7 @@ from llmload.core.calibration import Spread
 from llmload.core.metrics import METRICS, RequestResult, request_metrics, summarize
 from llmload.core.stats import (Interval, Statistic, block_ratio_interval, combined_spread, intervals, ratio_interval,
                                 repeat_interval, repeat_ratio_interval, widened)
+from reports.records import NOT_SAVED
 
 #: Run-level figures that get an interval (counts and the wall time do not: they are what was done).
 ESTIMATED_FIGURES = ("request_throughput", "output_token_throughput", "slo_attainment", "goodput")
@@ -137,7 +138,7 @@ class Estimates:
 
     values: dict[str, Any] = field(default_factory=dict)
     intervals: dict[str, Interval] = field(default_factory=dict)
-    requests: Requests | None = None
+    requests: Requests | None = field(default=None, metadata=NOT_SAVED)
     repeats: list["Estimates"] = field(default_factory=list)
     block: int | None = None  # a cell's block of the interleaved order (None: a sequential run, or pooled repeats)
 
@@ -197,7 +198,7 @@ def ratio_intervals(top: Estimates, bottom: Estimates, columns, key: tuple,
     spreads where both have one for the figure (``spreads``: per side, figure ->
     :class:`~llmload.core.calibration.Spread`), else within-run only.
     """
-    tops, bottoms = top.requests.statistics("prompt"), bottom.requests.statistics("prompt")
+    tops = bottoms = None  # the requests' statistics, made when a column first needs them
     out = {}
     draws: dict = {}  # one draw of the shared prompt occurrences per block length for every column
     for column in columns:
@@ -206,9 +207,15 @@ def ratio_intervals(top: Estimates, bottom: Estimates, columns, key: tuple,
                      else (None,))
         if all(in_blocks) and len(set(in_blocks[0]) & set(in_blocks[1])) >= 2:
             out[column] = (block_ratio_interval(*in_blocks), "paired repeats")
-        elif per_top and per_bottom:
+            continue
+        if per_top and per_bottom:
             out[column] = (repeat_ratio_interval(per_top, per_bottom), "repeats")
-        elif column in tops and column in bottoms:
+            continue
+        if top.requests is None or bottom.requests is None:
+            continue  # no requests to pair (a saved report without its raw logs)
+        if tops is None:
+            tops, bottoms = top.requests.statistics("prompt"), bottom.requests.statistics("prompt")
+        if column in tops and column in bottoms:
             iv, paired = ratio_interval(tops[column], bottoms[column], key=("ratio",) + tuple(key), draws=draws)
             sides = [s.get(column) if s else None for s in spreads]
             if all(sides):

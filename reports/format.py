@@ -1,10 +1,41 @@
-"""How report values are written: shown units, digits, titles of resource columns, estimates with intervals."""
+"""How report values are written: shown units, digits, titles of resource columns, estimates with intervals.
+
+A section's content is a list of parts, each a paragraph (a string, Markdown's
+backticks for code) or a :class:`Table`: :mod:`reports.merge` writes them as
+Markdown, :mod:`reports.html` as HTML, from the same cells.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from llmload.core.metrics import FIGURE_BY_NAME, column_scale, column_title
 from llmload.core.stats import Interval, min_samples, quantile_of
+from llmload.core.tables import render
 from reports.estimates import estimated
+
+
+@dataclass
+class Table:
+    """One table of a section: its headers and its rows of shown cells (None: empty)."""
+
+    headers: list[str]
+    body: list[list]
+
+    def markdown(self) -> str:
+        return render(self.body, self.headers)
+
+
+#: A part of a section: a paragraph or a table.
+Part = str | Table
+
+
+def markdown_section(title: str, parts: list[Part]) -> list[str]:
+    """``## title``, then each part and a blank line (the Markdown report's lines)."""
+    out = [f"## {title}", ""]
+    for part in parts:
+        out += [part if isinstance(part, str) else part.markdown(), ""]
+    return out
 
 #: Titles of identity columns in the Markdown tables.
 IDENTITY_TITLES = {"concurrency": "users", "level": "level", "repeats": "repeats"}

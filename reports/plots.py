@@ -1,7 +1,7 @@
 """PNG plots of a merged run: latency, throughput and memory per task and load, ratios to the baseline.
 
-Input is the report's rows (:mod:`reports.rows`: each figure with its interval
-where it has one; the sections' dicts for capacity steps and server series);
+Input is the report's typed rows (:mod:`reports.rows`: each figure with its interval
+where it has one; the sections' records for capacity steps and server series);
 this module only draws them and never reads a run's files.
 """
 
@@ -17,6 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from llmload.core.points import Point  # noqa: E402
 from reports.format import title  # noqa: E402
 from reports.rows import Ratio, Row  # noqa: E402
+from reports.sections import CapacityRow, GoodputStep, SeriesRow  # noqa: E402
 
 MODE_STYLE = {"stream": "-", "sync": "--"}
 
@@ -109,8 +110,8 @@ def matrix_rows(rows: list) -> list:
 
 
 def write_plots(rows: list[Row], ratios: list[Ratio], out_dir: Path, baseline: str | None,
-                goodput_steps: list[dict] = (), turns: list[Row] = (), server_series: list[dict] = (),
-                capacity: list[dict] = ()) -> list[Path]:
+                goodput_steps: list[GoodputStep] = (), turns: list[Row] = (), server_series: list[SeriesRow] = (),
+                capacity: list[CapacityRow] = ()) -> list[Path]:
     """Draw every plot the merged rows allow into ``out_dir``; return the files written."""
     written: list[Path] = []
     matrix = matrix_rows(rows)
@@ -186,12 +187,12 @@ def knee_plots(rows: list[Row], palette: dict[str, str], out_dir: Path) -> list[
 DECISION_MARKERS = {"held": "o", "failed": "x", "undecided": "s"}
 
 
-def goodput_plots(rows: list[Row], steps: list[dict], palette: dict[str, str], out_dir: Path,
-                  capacity: list[dict] = ()) -> list[Path]:
+def goodput_plots(rows: list[Row], steps: list[GoodputStep], palette: dict[str, str], out_dir: Path,
+                  capacity: list[CapacityRow] = ()) -> list[Path]:
     """Goodput against offered rate (capacity steps and open-loop cells), with the ideal y = x; each capacity
     step marked by its decision, each capacity as a line with its interval shaded."""
-    points: list = [s for s in steps if s.get("goodput") is not None and s.get("rate") is not None]
-    seen = {(p["server"], p["task"], p["mode"], p["rate"]) for p in points}
+    points: list = [s for s in steps if s.goodput is not None and s.rate is not None]
+    seen = {(p.server, p.task, p.mode, p.rate) for p in points}
     points += [r for r in rows if r.ok and not r.point.load.closed and value(r, "goodput") is not None
                and (r.point.server, r.point.task, r.point.mode, r.point.load.rate) not in seen]
     written = []
@@ -202,16 +203,16 @@ def goodput_plots(rows: list[Row], steps: list[dict], palette: dict[str, str], o
         for decision, marker in DECISION_MARKERS.items():
             mine = [p for p in points if p.get("task") == task and p.get("decision") == decision]
             for p in mine:
-                ax.plot(p["rate"], p["goodput"], marker, mfc="none", mec=palette.get(p["server"]), ms=8, ls="")
+                ax.plot(p.rate, p.goodput, marker, mfc="none", mec=palette.get(p.server), ms=8, ls="")
             if mine:
                 ax.plot([], [], marker, mfc="none", mec="grey", ls="", label=f"step {decision}")
         for c in capacity:
-            if c.get("task") != task or c.get("capacity_rps") is None:
+            if c.task != task or c.capacity_rps is None:
                 continue
-            color = palette.get(c["server"])
-            ax.axvline(c["capacity_rps"], color=color, lw=1, ls="--")
-            if c.get("ci_low") is not None:
-                ax.axvspan(c["ci_low"], c["ci_high"] if c.get("ci_high") is not None else c["capacity_rps"],
+            color = palette.get(c.server)
+            ax.axvline(c.capacity_rps, color=color, lw=1, ls="--")
+            if c.ci_low is not None:
+                ax.axvspan(c.ci_low, c.ci_high if c.ci_high is not None else c.capacity_rps,
                            color=color, alpha=0.12, lw=0)
         top = max(p[0] for pts in lines.values() for p in pts)
         ax.plot([0, top], [0, top], ":", color="grey", lw=0.8, label="every request within the SLO")
@@ -246,27 +247,27 @@ SERIES_STYLE = {"server_running": ("running", "C0", "left"), "server_waiting": (
                 "server_prefix_cache_hit_pct": ("prefix-cache hit %", "C3", "right")}
 
 
-def server_plots(series_rows: list[dict], out_dir: Path) -> list[Path]:
+def server_plots(series_rows: list[SeriesRow], out_dir: Path) -> list[Path]:
     """Per server and task: for each cell, the server's own running/waiting/KV/prefix-cache series over time
     beside the client's output tokens/s."""
     written = []
-    for server, task in sorted({(s["server"], s["task"]) for s in series_rows}):
-        cells = [s for s in series_rows if s["server"] == server and s["task"] == task]
+    for server, task in sorted({(s.point.server, s.point.task) for s in series_rows}):
+        cells = [s for s in series_rows if s.point.server == server and s.point.task == task]
         fig, axes = plt.subplots(len(cells), 2, figsize=(11, 2.4 * len(cells) + 0.6), squeeze=False)
-        repeated = any(c.get("repeat") for c in cells)
+        repeated = any(c.repeat for c in cells)
         for (left, right), s in zip(axes, cells):
-            level = Point.of(s).load.label
+            level = s.point.load.label
             if repeated:
-                level += f" #{(s.get('repeat') or 0) + 1}"
-            if s.get("phase") not in (None, "matrix"):
-                level += f" ({s['phase']})"
-            percent = [c for c in s["series"] if SERIES_STYLE[c][2] == "right"]
+                level += f" #{(s.repeat or 0) + 1}"
+            if s.point.phase not in (None, "matrix"):
+                level += f" ({s.point.phase})"
+            percent = [c for c in s.series if SERIES_STYLE[c][2] == "right"]
             twin = left.twinx() if percent else None
-            for column, values in s["series"].items():
+            for column, values in s.series.items():
                 label, color, side = SERIES_STYLE[column]
-                (left if side == "left" else twin).plot(s["t"], values, color=color, label=label)
-            if s.get("cancel_t"):
-                left.plot(s["cancel_t"], [0] * len(s["cancel_t"]), "|", color="C3", markersize=9,
+                (left if side == "left" else twin).plot(s.t, values, color=color, label=label)
+            if s.cancel_t:
+                left.plot(s.cancel_t, [0] * len(s.cancel_t), "|", color="C3", markersize=9,
                           label="client cancels")
             handles = left.get_legend_handles_labels()[0]
             if twin is not None:
@@ -275,8 +276,8 @@ def server_plots(series_rows: list[dict], out_dir: Path) -> list[Path]:
                 handles += twin.get_legend_handles_labels()[0]
             left.set_ylabel("requests", fontsize=8)
             left.legend(handles, [h.get_label() for h in handles], fontsize=7, loc="upper right")
-            left.set_title(f"{server} {task} {s['mode']} {level}: server", fontsize=9)
-            right.plot(s["client_t"], s["client_tok_s"], color="C4", drawstyle="steps-mid")
+            left.set_title(f"{server} {task} {s.point.mode} {level}: server", fontsize=9)
+            right.plot(s.client_t, s.client_tok_s, color="C4", drawstyle="steps-mid")
             right.sharex(left)
             right.set_title("client: output tokens/s", fontsize=9)
             for ax in (left, right):
@@ -303,7 +304,8 @@ def compare_plot(rows: list[Ratio], path: Path) -> Path | None:
             color = "C3" if r.get("significant") else "C0"
             low, high, at = value(r, "ci_low"), value(r, "ci_high"), r.get("ratio")
             if low is not None and high is not None:
-                ax.errorbar([at], [y], xerr=[[at - low], [high - at]], fmt="o", color=color, capsize=3)
+                ax.errorbar([at], [y], xerr=[[max(at - low, 0)], [max(high - at, 0)]], fmt="o", color=color,
+                            capsize=3)  # a ratio of means can fall outside the interval of its log ratio
             else:
                 ax.plot([at], [y], "o", color=color, mfc="none")
         ax.axvline(1.0, color="grey", lw=0.8)

@@ -23,6 +23,7 @@ from llmload.core.metrics import RunSummary, headline_columns, ratio
 from llmload.core.points import Point
 from llmload.core.stats import Interval
 from reports.calibrate import spreads_for
+from reports.records import NOT_SAVED
 from reports.estimates import (Estimates, calibrated, cell_intervals, pooled_summary, ratio_intervals,
                                repeat_intervals, requests_of)
 from reports.run import CellData, RunData
@@ -81,8 +82,8 @@ class Ratio:
     interval: Interval
     method: str
     record: dict[str, Any]  # the CSV's columns
-    top: Any = None  # what was compared: two rows, or two capacity searches' records
-    bottom: Any = None
+    top: Any = field(default=None, metadata=NOT_SAVED)  # what was compared: two rows, or two capacity searches
+    bottom: Any = field(default=None, metadata=NOT_SAVED)  # (a saved report names them by index)
 
     def get(self, column: str, default=None):
         return self.record.get(column, default)

@@ -8,6 +8,7 @@ through :mod:`llmload.core.runfiles`, :mod:`llmload.core.metrics` and
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +18,8 @@ from llmload.core.cliargs import print_error
 from llmload.core.metrics import RequestResult, RunSummary, summarize
 from llmload.core.points import Point
 from llmload.core.rawlog import read_results
-from llmload.core.runfiles import DEFAULT_BASELINE, Cell, RunFolderError, read_capacity, read_cells, read_manifest
+from llmload.core.runfiles import (CAPACITY, CELLS, DEFAULT_BASELINE, MANIFEST, Cell, RunFolderError, read_capacity,
+                                   read_cells, read_manifest)
 from monitors.sampler import peak_usage, read_monitor
 
 
@@ -57,6 +59,7 @@ class RunData:
     manifest: dict
     cells: list[CellData]
     capacity: list[dict]
+    fingerprint: dict = field(default_factory=dict)  # what its files held when read (:func:`fingerprint`)
 
     @property
     def servers(self) -> list[str]:
@@ -126,6 +129,24 @@ def stated_client_error(summary: Path) -> dict | None:
     return block if isinstance(block, dict) and block.get("bound_ms") is not None else None
 
 
+def fingerprint(path: Path, cells: list[Cell]) -> dict:
+    """What a report of the run folder rests on: a hash of run.json, cells.jsonl and capacity.jsonl, and each
+    cell's raw log size (a saved report whose fingerprint differs from its folder's is stale)."""
+    files = {}
+    for name in (MANIFEST, CELLS, CAPACITY):
+        try:
+            files[name] = hashlib.sha256((path / name).read_bytes()).hexdigest()
+        except OSError:
+            files[name] = None
+    logs = {}
+    for cell in cells:
+        try:
+            logs[cell.prefix] = cell.files(path).raw_log.stat().st_size
+        except OSError:
+            logs[cell.prefix] = None
+    return {"files": files, "raw_logs": logs}
+
+
 def load_run(run_dir: str | Path) -> RunData:
     """Read a run folder; :class:`ReportError` (one line) when it is not one."""
     path = Path(run_dir)
@@ -137,7 +158,8 @@ def load_run(run_dir: str | Path) -> RunData:
         capacity = read_capacity(path)
     except RunFolderError as exc:
         raise ReportError(str(exc)) from None
-    return RunData(path=path, manifest=manifest, cells=[load_cell(path, c) for c in cells], capacity=capacity)
+    return RunData(path=path, manifest=manifest, cells=[load_cell(path, c) for c in cells], capacity=capacity,
+                   fingerprint=fingerprint(path, cells))
 
 
 def resolve_baseline(run: RunData, requested: str | None) -> str | None:

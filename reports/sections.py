@@ -8,14 +8,16 @@
 * server-side metrics (monitor columns from the server's ``/metrics``): series over time per cell;
 * prefix caching: a server with its prefix cache off against one with it on (run.json says which), per task.
 
-Each builder returns rows (:class:`reports.rows.Row` where a row has estimates,
-:class:`reports.rows.Ratio` for a ratio, else a dict of its CSV columns);
-:mod:`reports.merge` renders them and :mod:`reports.plots` draws them.
+Each builder returns typed rows (:class:`reports.rows.Row` where a row has estimates,
+:class:`reports.rows.Ratio` for a ratio, else a :class:`reports.records.Record` of its own:
+:class:`CapacityRow`, :class:`GoodputStep`, :class:`OrderRow`, :class:`RepeatRow`,
+:class:`SeriesRow`); :mod:`reports.merge` renders them and :mod:`reports.plots` draws them.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -26,9 +28,9 @@ from llmload.core.metrics import SLO, ratio
 from llmload.core.points import Point
 from llmload.core.sequential import UNDECIDED, interval_at
 from llmload.core.stats import Interval, has_enough, min_samples
-from llmload.core.tables import render
 from reports.estimates import Estimates, Requests, cell_intervals
-from reports.format import number
+from reports.format import Part, Table, markdown_section, number
+from reports.records import Number, Record
 from reports.rows import Ratio, Row, ratio_record, ratios_of
 from reports.run import RunData
 
@@ -138,19 +140,43 @@ CAPACITY_COLUMNS = ["server", "task", "mode", "slo", "slo_target", "capacity_rps
                     "confidence", "held_rps", "not_held_rps", "saturation_rps", "steps", "cells", "undecided"]
 
 
-def capacity_rows(run: RunData) -> list[dict]:
+@dataclass
+class CapacityRow(Record):
+    """One capacity search as the report shows it: the capacity with its interval (``interval``: at what
+    confidence, or ``bracket``), the rates the bisection ended between, its steps and cells."""
+
+    server: str | None
+    task: str | None
+    mode: str | None
+    slo: str
+    slo_target: Number
+    capacity_rps: Number
+    ci_low: Number
+    ci_high: Number
+    confidence: Number
+    interval: str
+    held_rps: Number
+    not_held_rps: Number
+    saturation_rps: Number
+    steps: int
+    cells: int
+    undecided: int
+    capacity_text: str | None
+
+
+def capacity_rows(run: RunData) -> list[CapacityRow]:
     rows = []
     for e in run.capacity:
         held, not_held = (list(e.get("bracket") or []) + [None, None])[:2]
         low, high, what = capacity_interval(e)
         steps = e.get("steps") or []
-        rows.append({"server": e.get("server"), "task": e.get("task"), "mode": e.get("mode"), "slo": slo_text(e),
-                     "slo_target": e.get("slo_target"), "capacity_rps": e.get("capacity_rps"), "ci_low": low,
-                     "ci_high": high, "confidence": e.get("confidence"), "interval": what, "held_rps": held,
-                     "not_held_rps": not_held, "saturation_rps": e.get("saturation_rps"), "steps": len(steps),
-                     "cells": sum(len(s.get("looks") or [None]) for s in steps),
-                     "undecided": sum(s.get("decision") == UNDECIDED for s in steps),
-                     "capacity_text": capacity_text(e)})
+        rows.append(CapacityRow(server=e.get("server"), task=e.get("task"), mode=e.get("mode"), slo=slo_text(e),
+                                slo_target=e.get("slo_target"), capacity_rps=e.get("capacity_rps"), ci_low=low,
+                                ci_high=high, confidence=e.get("confidence"), interval=what, held_rps=held,
+                                not_held_rps=not_held, saturation_rps=e.get("saturation_rps"), steps=len(steps),
+                                cells=sum(len(s.get("looks") or [None]) for s in steps),
+                                undecided=sum(s.get("decision") == UNDECIDED for s in steps),
+                                capacity_text=capacity_text(e)))
     return rows
 
 
@@ -190,16 +216,28 @@ def capacity_sentence(r: Ratio) -> str:
     return text
 
 
-def goodput_steps(run: RunData) -> list[dict]:
-    """Offered rate against goodput: every capacity step (with its decision), and every open-loop cell not
-    already a step."""
-    rows = []
-    for e in run.capacity:
-        for step in e.get("steps") or []:
-            rows.append({"server": e.get("server"), "task": e.get("task"), "mode": e.get("mode"),
-                         "rate": step.get("rate"), "goodput": step.get("goodput"),
-                         "attainment": step.get("attainment"), "decision": step.get("decision")})
-    return rows
+@dataclass
+class GoodputStep(Record):
+    """One step of a capacity search: the offered rate, the goodput and SLO attainment (%, with its
+    Clopper-Pearson bounds) it measured, its decision."""
+
+    server: str | None
+    task: str | None
+    mode: str | None
+    rate: Number
+    goodput: Number
+    attainment: Number
+    decision: str | None
+    attainment_low: Number = None
+    attainment_high: Number = None
+
+
+def goodput_steps(run: RunData) -> list[GoodputStep]:
+    """Offered rate against goodput and attainment: every capacity step (with its decision)."""
+    return [GoodputStep(e.get("server"), e.get("task"), e.get("mode"), step.get("rate"), step.get("goodput"),
+                        step.get("attainment"), step.get("decision"), step.get("attainment_low"),
+                        step.get("attainment_high"))
+            for e in run.capacity for step in e.get("steps") or []]
 
 
 # --------------------------------------------------------------------------- order
@@ -209,19 +247,35 @@ ORDER_COLUMNS = ["order", "block", "started", "server", "task", "mode", "concurr
                  "wall_s", "status", "prefix"]
 
 
-def order_rows(run: RunData) -> list[dict]:
+@dataclass
+class OrderRow(Record):
+    """One cell in the order the run ran it: its place, block, start (local ISO time) and wall time."""
+
+    order: int
+    block: int | None
+    started: str | None
+    point: Point
+    repeat: int
+    wall_s: Number
+    status: str
+    prefix: str
+
+    def record(self) -> dict:
+        return {"order": self.order, "block": self.block, "started": self.started, **self.point.record(),
+                "repeat": self.repeat, "wall_s": self.wall_s, "status": self.status, "prefix": self.prefix}
+
+
+def order_rows(run: RunData) -> list[OrderRow]:
     """The cells in the order they ran (``order`` and ``block`` from the run), with their start and wall times."""
     cells = sorted((d.cell for d in run.cells if d.cell.order is not None), key=lambda c: c.order)
-    return [{"order": c.order, "block": c.block,
-             "started": dt.datetime.fromtimestamp(c.started).isoformat(timespec="seconds") if c.started else None,
-             "server": c.server, "task": c.task, "mode": c.mode, "concurrency": c.concurrency, "rate": c.rate,
-             "repeat": c.repeat, "phase": c.phase, "wall_s": round(c.wall_s, 1), "status": c.status,
-             "prefix": c.prefix} for c in cells]
+    return [OrderRow(c.order, c.block,
+                     dt.datetime.fromtimestamp(c.started).isoformat(timespec="seconds") if c.started else None,
+                     c.point, c.repeat, round(c.wall_s, 1), c.status, c.prefix) for c in cells]
 
 
-def order_text(run: RunData) -> str | None:
+def order_text(manifest: dict) -> str | None:
     """``interleaved in random blocks (seed 0; ...); 3 blocks, 96 cells, 3 server starts`` from run.json."""
-    order = run.manifest.get("order")
+    order = manifest.get("order")
     if not isinstance(order, dict):
         return None
     blocks = {c.get("block") for c in order.get("cells") or [] if c.get("block") is not None}
@@ -239,23 +293,50 @@ REPEAT_COLUMNS = ["server", "task", "mode", "concurrency", "rate", "phase", "rep
     f"{c}_{s}" for c in THROUGHPUTS for s in ("mean", "ci_low", "ci_high", "min", "max")]
 
 
-def repeat_rows(groups: list[Row]) -> list[dict]:
+@dataclass
+class RepeatSpread:
+    """One throughput over a point's repeats: the mean with its t interval, min, max and each repeat's figure."""
+
+    mean: Number
+    ci_low: Number
+    ci_high: Number
+    min: Number
+    max: Number
+    values: list[float]
+
+
+@dataclass
+class RepeatRow(Record):
+    """A point with 2+ repeats: the spread of each throughput (:data:`THROUGHPUTS`) over them."""
+
+    point: Point
+    repeats: int
+    spreads: dict[str, RepeatSpread] = field(default_factory=dict)
+
+    def record(self) -> dict:
+        out = {**self.point.record(), "repeats": self.repeats}
+        for column, s in self.spreads.items():
+            out.update({f"{column}_mean": s.mean, f"{column}_ci_low": s.ci_low, f"{column}_ci_high": s.ci_high,
+                        f"{column}_min": s.min, f"{column}_max": s.max, f"{column}_values": s.values})
+        return out
+
+
+def repeat_rows(groups: list[Row]) -> list[RepeatRow]:
     """Per point with 2+ repeats: each throughput's mean over repeats, its t interval, min and max (and
-    ``<figure>_values``, each repeat's)."""
+    each repeat's)."""
     rows = []
     for g in groups:
         cells = g.estimates.repeats
         if len(cells) < 2 or g.point.phase == "capacity":  # a capacity step's looks differ in size: no repeats
             continue
-        row = {**g.point.record(), "repeats": len(cells)}
+        row = RepeatRow(g.point, len(cells))
         for column in THROUGHPUTS:
             values = [c.value(column) for c in cells if c.value(column) is not None]
             if not values:
                 continue
             iv = g.interval(column)
-            row.update({f"{column}_mean": g.get(column), f"{column}_ci_low": iv.low if iv else None,
-                        f"{column}_ci_high": iv.high if iv else None, f"{column}_min": min(values),
-                        f"{column}_max": max(values), f"{column}_values": values})
+            row.spreads[column] = RepeatSpread(g.get(column), iv.low if iv else None, iv.high if iv else None,
+                                               min(values), max(values), values)
         rows.append(row)
     return rows
 
@@ -308,7 +389,32 @@ def client_rate(results, t0: float, width: float) -> tuple[list[float], list[flo
     return list(edges[:-1] + width / 2), list(counts / width)
 
 
-def server_series(run: RunData) -> list[dict]:
+@dataclass
+class SeriesRow(Record):
+    """One cell's server-side series over time (seconds from its start): the monitor's columns of the server's
+    own metrics (:data:`SERVER_SERIES`), the client's output tokens/s, and when the client cancelled requests."""
+
+    point: Point
+    repeat: int
+    t: list[float]
+    series: dict[str, list[float | None]]
+    client_t: list[float]
+    client_tok_s: list[float]
+    requests: int
+    cancel_t: list[float]
+
+    def record(self) -> dict:
+        return {**self.point.record(), "repeat": self.repeat, "t": self.t, "series": self.series,
+                "client_t": self.client_t, "client_tok_s": self.client_tok_s, "requests": self.requests,
+                "cancel_t": self.cancel_t}
+
+
+def floats(values) -> list[float]:
+    """Plain floats (numpy's and pandas' scalars are saved as numbers)."""
+    return [float(v) for v in values]
+
+
+def server_series(run: RunData) -> list[SeriesRow]:
     """Per ok cell whose monitor holds server-side metrics: those columns over time, and the client's tok/s."""
     out = []
     for data in run.cells:
@@ -324,32 +430,43 @@ def server_series(run: RunData) -> list[dict]:
         width = max(0.5, span / 60.0)
         client_t, client_tok_s = client_rate(data.results, t0, width)
         cell = data.cell
-        out.append({"server": cell.server, "task": cell.task, "mode": cell.mode, "concurrency": cell.concurrency,
-                    "rate": cell.rate, "repeat": cell.repeat, "phase": cell.phase,
-                    "t": list(frame["timestamp"].astype(float) - t0),
-                    "series": {c: [None if v != v else float(v) for v in frame[c]] for c in present},
-                    "client_t": client_t, "client_tok_s": client_tok_s, "requests": len(data.measured),
-                    "cancel_t": [r.start_time + r.end_offset - t0 for r in data.measured if r.cancelled]})
+        out.append(SeriesRow(cell.point, cell.repeat, floats(frame["timestamp"].astype(float) - t0),
+                             {c: [None if v != v else float(v) for v in frame[c]] for c in present},
+                             floats(client_t), floats(client_tok_s), len(data.measured),
+                             floats(r.start_time + r.end_offset - t0 for r in data.measured if r.cancelled)))
     return out
 
 
-def cancel_lines(series: list[dict]) -> list[str]:
-    """The report's section on cancellation: per cell with cancels, how many, and what the server's running count
-    did (a server that went on generating abandoned requests would run more than the client has in flight)."""
+CANCEL_HEADERS = ["cell", "cancelled", "server running mean", "max", "users"]
+CANCEL_NOTE = ("Requests the client abandoned (--cancel-rate) count apart from the latencies; the server's own running "
+               "count (its /metrics, sampled by the monitor) shows whether it stopped them: in a closed loop it stays "
+               "at or below the users when it does.")
+
+
+def cancel_table(series: list[SeriesRow]) -> list[list]:
+    """Per cell with cancels: how many, and what the server's running count did (a server that went on generating
+    abandoned requests would run more than the client has in flight)."""
     body = []
     for s in series:
-        running = [v for v in s["series"].get("server_running", []) if v is not None]
-        if not s["cancel_t"] or not running:
+        running = [v for v in s.series.get("server_running", []) if v is not None]
+        if not s.cancel_t or not running:
             continue
-        point = Point.of(s)
-        body.append([point.label, f"{len(s['cancel_t'])} of {s['requests']}", f"{sum(running) / len(running):.2f}",
-                     f"{max(running):g}", s["concurrency"] if point.load.closed else "-"])
-    if not body:
-        return []
-    return ["## Cancellation", "", "Requests the client abandoned (--cancel-rate) count apart from the latencies; the "
-            "server's own running count (its /metrics, sampled by the monitor) shows whether it stopped them: in a "
-            "closed loop it stays at or below the users when it does. The plots server_*.png mark each cancel.", "",
-            render(body, ["cell", "cancelled", "server running mean", "max", "users"]), ""]
+        point = s.point
+        body.append([point.label, f"{len(s.cancel_t)} of {s.requests}", f"{sum(running) / len(running):.2f}",
+                     f"{max(running):g}", point.load.concurrency if point.load.closed else "-"])
+    return body
+
+
+def cancel_parts(series: list[SeriesRow]) -> list[Part]:
+    """The section on cancellation (nothing where no cell with server series cancelled requests)."""
+    body = cancel_table(series)
+    return [CANCEL_NOTE + " The plots server_*.png mark each cancel.", Table(CANCEL_HEADERS, body)] if body else []
+
+
+def cancel_lines(series: list[SeriesRow]) -> list[str]:
+    """The report's section on cancellation, as Markdown lines."""
+    found = cancel_parts(series)
+    return markdown_section("Cancellation", found) if found else []
 
 
 # --------------------------------------------------------------------------- (f) prefix caching

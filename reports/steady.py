@@ -34,12 +34,13 @@ import numpy as np
 
 from llmload.core.cliargs import OneLineParser, print_error
 from llmload.core.metrics import RequestResult, RunSummary, summarize
+from llmload.core.points import Point
 from llmload.core.rawlog import read_results
 from llmload.core.runfiles import Cell
 from llmload.core.stats import Interval
-from llmload.core.tables import render
 from reports.estimates import Requests, cell_intervals
-from reports.format import number, shown, title
+from reports.format import Part, Table, markdown_section, number, shown, title
+from reports.records import Number, Record
 from reports.run import CellData, RunData
 from reports.sections import client_rate
 
@@ -178,41 +179,55 @@ def _figure(column: str, latency: RunSummary, delivered: RunSummary):
 
 
 @dataclass
-class SteadyRow:
-    """One cell's steady window: its CSV columns (:data:`STEADY_COLUMNS`), and the intervals of its figures over
-    the whole run and over the window."""
+class SteadyRow(Record):
+    """One cell's steady window (seconds from its first request; None with the ``reason`` there is none), its
+    figures (:data:`COMPARED`) over the whole run and over the window, and their intervals."""
 
-    record: dict
+    point: Point
+    repeat: int
     name: str  # as the table names the cell
+    measured_requests: int
+    reason: str = ""
+    window_start_s: Number = None
+    window_end_s: Number = None
+    span_s: Number = None
+    window_requests: int | None = None
+    share_pct: Number = None
+    whole_values: dict[str, Number] = field(default_factory=dict)
+    steady_values: dict[str, Number] = field(default_factory=dict)
     whole: dict[str, Interval] = field(default_factory=dict)
     steady: dict[str, Interval] = field(default_factory=dict)
 
-    def get(self, column: str, default=None):
-        return self.record.get(column, default)
+    def record(self) -> dict:
+        """The CSV's columns (:data:`STEADY_COLUMNS`)."""
+        out = {**self.point.record(), "repeat": self.repeat, "window_start_s": self.window_start_s,
+               "window_end_s": self.window_end_s, "span_s": self.span_s, "window_requests": self.window_requests,
+               "measured_requests": self.measured_requests, "share_pct": self.share_pct, "reason": self.reason}
+        for column in COMPARED:
+            out[f"whole_{column}"] = self.whole_values.get(column)
+            out[f"steady_{column}"] = self.steady_values.get(column)
+        return out
 
 
 def cell_steady(data, key: tuple, name: str | None = None) -> SteadyRow:
     """One row: the cell's identity, its window and its figures, whole-run and steady, with intervals."""
     cell = data.cell
-    row = SteadyRow({**cell.point.record(), "repeat": cell.repeat}, name or cell.point.label)
     measured = data.measured
     window, reason = find_window(data.results)
-    record = row.record
-    record["reason"] = reason
-    record["measured_requests"] = len(measured)
+    row = SteadyRow(cell.point, cell.repeat, name or cell.point.label, len(measured), reason)
     for column in COMPARED:
-        record[f"whole_{column}"] = data.summary.flat().get(column) if data.summary else None
+        row.whole_values[column] = data.summary.flat().get(column) if data.summary else None
     if window is None:
         return row
     latency, delivered = steady_summary(data.results, window)
     inside = window.started_in(measured)
-    record.update(window_start_s=window.start - window.first, window_end_s=window.end - window.first,
-                  span_s=window.last - window.first, window_requests=len(inside),
-                  share_pct=100.0 * len(inside) / len(measured) if measured else None)
+    row.window_start_s, row.window_end_s = window.start - window.first, window.end - window.first
+    row.span_s, row.window_requests = window.last - window.first, len(inside)
+    row.share_pct = 100.0 * len(inside) / len(measured) if measured else None
     started = cell_intervals(Requests(inside, window.duration), ("steady",) + key)
     ended = cell_intervals(Requests(window.ended_in(measured), window.duration), ("steady-end",) + key)
     for column in COMPARED:
-        record[f"steady_{column}"] = _figure(column, latency, delivered)
+        row.steady_values[column] = _figure(column, latency, delivered)
         iv = (ended if column in THROUGHPUTS else started).get(column)
         if iv is not None:
             row.steady[column] = iv
@@ -244,31 +259,36 @@ def _plain(column: str, value, iv) -> str | None:
 
 def window_text(row: SteadyRow) -> str:
     """``2.0-14.1 s of 14.6`` (seconds from the cell's first request), or why there is none."""
-    if row.get("window_start_s") is None:
-        return row.get("reason") or "none"
-    return f"{number(row.get('window_start_s'))}-{number(row.get('window_end_s'))} s of {number(row.get('span_s'))}"
+    if row.window_start_s is None:
+        return row.reason or "none"
+    return f"{number(row.window_start_s)}-{number(row.window_end_s)} s of {number(row.span_s)}"
 
 
-def table(rows: list[SteadyRow], text=_plain) -> str:
-    """The Markdown table: the window, the share of requests in it, each figure whole-run and steady.
+def steady_table(rows: list[SteadyRow], text=_plain) -> Table:
+    """The window, the share of requests in it, each figure whole-run and steady.
 
     ``text(column, value, interval)`` renders one figure (the report passes its interval renderer).
     """
-    cells = any(r.get("repeat") for r in rows)
+    cells = any(r.repeat for r in rows)
     body = []
     for r in rows:
-        name = r.name + (f" rep {r.get('repeat')}" if cells and r.get("repeat") else "")
+        name = r.name + (f" rep {r.repeat}" if cells and r.repeat else "")
         line = [name, window_text(r),
-                None if r.get("window_requests") is None else
-                f"{r.get('window_requests')} of {r.get('measured_requests')} ({r.get('share_pct'):.0f} %)"]
+                None if r.window_requests is None else
+                f"{r.window_requests} of {r.measured_requests} ({r.share_pct:.0f} %)"]
         for column in COMPARED:
-            line.append(text(column, r.get(f"whole_{column}"), r.whole.get(column)))
-            line.append(text(column, r.get(f"steady_{column}"), r.steady.get(column)))
+            line.append(text(column, r.whole_values.get(column), r.whole.get(column)))
+            line.append(text(column, r.steady_values.get(column), r.steady.get(column)))
         body.append(line)
     headers = ["cell", "steady window", "requests in it"]
     for column in COMPARED:
         headers += [f"{title(column)} (run)", f"{title(column)} (steady)"]
-    return render(body, headers)
+    return Table(headers, body)
+
+
+def table(rows: list[SteadyRow], text=_plain) -> str:
+    """The Markdown table of :func:`steady_table`."""
+    return steady_table(rows, text).markdown()
 
 
 NOTE = ("Each cell's steady window leaves out ramp-up and drain: it ends at the last dispatch and starts where "
@@ -278,11 +298,17 @@ NOTE = ("Each cell's steady window leaves out ramp-up and drain: it ends at the 
         "above (docs/statistics.md).")
 
 
+TITLE = "Steady state"
+
+
+def parts(rows: list[SteadyRow], text=_plain) -> list[Part]:
+    """The section's paragraphs and table (nothing when no cell has a raw log)."""
+    return [NOTE, steady_table(rows, text)] if rows else []
+
+
 def lines(rows: list[SteadyRow], text=_plain) -> list[str]:
-    """The report's section (nothing when no cell has a raw log)."""
-    if not rows:
-        return []
-    return ["## Steady state", "", NOTE, "", table(rows, text), ""]
+    """The report's section as Markdown lines."""
+    return markdown_section(TITLE, parts(rows, text)) if rows else []
 
 
 # --------------------------------------------------------------------------- the command

@@ -17,6 +17,7 @@ from llmload.core.metrics import RequestResult
 from llmload.core.model_store import DEFAULT_MODEL_NAME, default_model_dir, is_materialised
 from llmload.core.wire import USAGE_ZERO
 from llmload.tasks.tokens import TokenCounter
+from reports.records import Number, Record
 from reports.run import ReportError, RunData
 
 #: A server is flagged when more than this share of its requests disagree with the tokenizer (AIPerf's threshold)
@@ -85,65 +86,107 @@ SERVER_COLUMNS = ["server", "requests", "usage_reported", "usage_missing", "usag
                   "relative_difference_pct", "token_source", "verdict"]
 
 
+@dataclass
+class RequestTokens(Record):
+    """One measured, successful request: the server's count, where it came from, the tokenizer's count of its text
+    and the difference (``usage``: the server's own count, None where missing or 0 beside text)."""
+
+    server: str
+    task: str
+    mode: str
+    concurrency: int
+    rate: float | None
+    repeat: int
+    request_id: str
+    prompt_id: str
+    output_tokens: int | None
+    output_tokens_source: str
+    usage_zero: bool
+    has_text: bool
+    usage: int | None
+    tokenizer_tokens: int | None = None
+    difference: int | None = None
+
+
+@dataclass
+class ServerTokens(Record):
+    """One server's token reconciliation: how often and by how much its usage and the tokenizer disagree, and its
+    verdict (``ok`` or ``FLAG: ...``)."""
+
+    server: str
+    requests: int
+    usage_reported: int
+    usage_missing: int
+    usage_zero: int
+    compared: int
+    mismatched: int
+    mismatch_pct: Number
+    mean_difference: Number
+    mean_abs_difference: Number
+    max_abs_difference: Number
+    relative_difference_pct: Number
+    token_source: str
+    verdict: str = ""
+
+
 def usage_count(r: RequestResult) -> int | None:
     """The server's own count (None where usage was missing or zero beside text)."""
     return r.output_tokens if r.output_tokens_source == "usage" and USAGE_ZERO not in r.flags else None
 
 
-def reconcile(run: RunData, tokenizer: Tokenizer | None) -> tuple[list[dict], list[dict]]:
+def reconcile(run: RunData, tokenizer: Tokenizer | None) -> tuple[list[ServerTokens], list[RequestTokens]]:
     """(one row per server, one row per request): server counts, tokenizer counts and how they differ."""
-    requests: list[dict] = []
+    requests: list[RequestTokens] = []
+    texts: list[str] = []
     for data in run.cells:
         cell = data.cell
         for r in data.measured:
             if not r.success:
                 continue
-            requests.append({"server": cell.server, "task": cell.task, "mode": cell.mode,
-                             "concurrency": cell.concurrency, "rate": cell.rate, "repeat": cell.repeat,
-                             "request_id": r.request_id, "prompt_id": r.prompt_id,
-                             "output_tokens": r.output_tokens, "output_tokens_source": r.output_tokens_source,
-                             "usage_zero": USAGE_ZERO in r.flags, "text": r.reasoning_text + r.output_text,
-                             "usage": usage_count(r)})
+            text = r.reasoning_text + r.output_text
+            texts.append(text)
+            requests.append(RequestTokens(cell.server, cell.task, cell.mode, cell.concurrency, cell.rate, cell.repeat,
+                                          r.request_id, r.prompt_id, r.output_tokens, r.output_tokens_source,
+                                          USAGE_ZERO in r.flags, bool(text), usage_count(r)))
     if tokenizer is not None:
-        for row, n in zip(requests, tokenizer.count([r["text"] for r in requests])):
-            row["tokenizer_tokens"] = n
-            row["difference"] = None if row["usage"] is None else row["usage"] - n
-    servers: list[dict] = []
+        for row, n in zip(requests, tokenizer.count(texts)):
+            row.tokenizer_tokens = n
+            row.difference = None if row.usage is None else row.usage - n
+    servers: list[ServerTokens] = []
     for server in run.servers:
-        mine = [r for r in requests if r["server"] == server]
+        mine = [r for r in requests if r.server == server]
         if not mine:
             continue
-        with_text = [r for r in mine if r["text"]]
-        zero = sum(r["usage_zero"] for r in mine)
-        missing = sum(1 for r in with_text if r["usage"] is None and not r["usage_zero"])
-        compared = [r for r in mine if r.get("difference") is not None]
-        diffs = [r["difference"] for r in compared]
+        zero = sum(r.usage_zero for r in mine)
+        missing = sum(1 for r in mine if r.has_text and r.usage is None and not r.usage_zero)
+        compared = [r for r in mine if r.difference is not None]
+        diffs = [r.difference for r in compared]
         mismatched = sum(1 for d in diffs if d != 0)
         sources: dict[str, int] = {}
         for r in mine:
-            sources[r["output_tokens_source"]] = sources.get(r["output_tokens_source"], 0) + 1
-        row = {"server": server, "requests": len(mine), "usage_reported": sum(r["usage"] is not None for r in mine),
-               "usage_missing": missing, "usage_zero": zero, "compared": len(compared), "mismatched": mismatched,
-               "mismatch_pct": 100.0 * mismatched / len(compared) if compared else None,
-               "mean_difference": sum(diffs) / len(diffs) if diffs else None,
-               "mean_abs_difference": sum(abs(d) for d in diffs) / len(diffs) if diffs else None,
-               "max_abs_difference": max((abs(d) for d in diffs), default=None),
-               "relative_difference_pct": (100.0 * sum(diffs) / sum(r["tokenizer_tokens"] for r in compared)
-                                           if compared and sum(r["tokenizer_tokens"] for r in compared) else None),
-               "token_source": ", ".join(f"{k} {v}" for k, v in sorted(sources.items()))}
-        row["verdict"] = verdict(row)
+            sources[r.output_tokens_source] = sources.get(r.output_tokens_source, 0) + 1
+        counted = sum(r.tokenizer_tokens for r in compared)
+        row = ServerTokens(server=server, requests=len(mine), usage_reported=sum(r.usage is not None for r in mine),
+                           usage_missing=missing, usage_zero=zero, compared=len(compared), mismatched=mismatched,
+                           mismatch_pct=100.0 * mismatched / len(compared) if compared else None,
+                           mean_difference=sum(diffs) / len(diffs) if diffs else None,
+                           mean_abs_difference=sum(abs(d) for d in diffs) / len(diffs) if diffs else None,
+                           max_abs_difference=max((abs(d) for d in diffs), default=None),
+                           relative_difference_pct=100.0 * sum(diffs) / counted if compared and counted else None,
+                           token_source=", ".join(f"{k} {v}" for k, v in sorted(sources.items())))
+        row.verdict = verdict(row)
         servers.append(row)
     return servers, requests
 
 
-def verdict(row: dict) -> str:
+def verdict(row: ServerTokens) -> str:
     problems = []
-    if row["usage_zero"]:
-        problems.append(f"usage 0 beside generated text in {row['usage_zero']} requests")
-    if row["usage_missing"]:
-        problems.append(f"usage missing in {row['usage_missing']} requests")
-    beyond_drift = (row["mean_difference"] or 0.0) <= -0.5 or abs(row["relative_difference_pct"] or 0.0) > DRIFT_PCT
-    if row["mismatch_pct"] is not None and row["mismatch_pct"] > MISMATCH_WARN_PCT and beyond_drift:
-        problems.append(f"usage differs from the tokenizer in {row['mismatch_pct']:.0f} % of requests "
-                        f"(mean {row['mean_difference']:+.1f} tokens)")
+    if row.usage_zero:
+        problems.append(f"usage 0 beside generated text in {row.usage_zero} requests")
+    if row.usage_missing:
+        problems.append(f"usage missing in {row.usage_missing} requests")
+    beyond_drift = (row.mean_difference or 0.0) <= -0.5 or abs(row.relative_difference_pct or 0.0) > DRIFT_PCT
+    if row.mismatch_pct is not None and row.mismatch_pct > MISMATCH_WARN_PCT and beyond_drift:
+        problems.append(f"usage differs from the tokenizer in {row.mismatch_pct:.0f} % of requests "
+                        f"(mean {row.mean_difference:+.1f} tokens)")
     return "FLAG: " + "; ".join(problems) if problems else "ok"

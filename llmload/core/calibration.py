@@ -108,21 +108,28 @@ class Calibration:
                 from None
         except json.JSONDecodeError as exc:
             raise CalibrationError(f"{path}: not a calibration file: invalid JSON at line {exc.lineno}") from None
+        return cls.from_json(data, path)
+
+    @classmethod
+    def from_json(cls, data, path: str | Path | None = None) -> "Calibration":
+        """The calibration :meth:`to_json` gave (``path``: where it was read, named in errors);
+        :class:`CalibrationError` (one line) when it is malformed."""
+        where = path or "calibration"
         if not isinstance(data, dict) or data.get("format") != FORMAT:
-            raise CalibrationError(f"{path}: not a calibration file: 'format' is not {FORMAT!r}")
+            raise CalibrationError(f"{where}: not a calibration file: 'format' is not {FORMAT!r}")
         if not isinstance(data.get("machine"), dict) or not isinstance(data.get("spreads"), list):
-            raise CalibrationError(f"{path}: not a calibration file: it needs a 'machine' object and a 'spreads' list")
+            raise CalibrationError(f"{where}: not a calibration file: it needs a 'machine' object and a 'spreads' list")
         spreads: dict[Kind, dict[str, Spread]] = {}
         for i, entry in enumerate(data["spreads"]):
             problem = _entry_problem(entry)
             if problem:
-                raise CalibrationError(f"{path}: spreads[{i}]: {problem}")
+                raise CalibrationError(f"{where}: spreads[{i}]: {problem}")
             kind = (entry["server"], entry.get("task"), entry["mode"], entry.get("level"))
             spreads.setdefault(kind, {})[entry["figure"]] = Spread(float(entry["sd"]), float(entry["df"]),
                                                                    float(entry["within"]),
                                                                    int(entry.get("cells") or 1))
         return cls(machine=data["machine"], spreads=spreads, created=str(data.get("created") or ""),
-                   sources=[str(s) for s in data.get("sources") or []], path=path)
+                   sources=[str(s) for s in data.get("sources") or []], path=Path(path) if path else None)
 
 
 def _entry_problem(entry) -> str | None:

@@ -55,6 +55,7 @@ import numpy as np
 from ddsketch import DDSketch
 
 from llmload.core.cliargs import parse_duration
+from llmload.core.formats import FORMAT_VERSION
 from llmload.core.records import known_fields
 
 MODES = ("sync", "stream")
@@ -90,6 +91,7 @@ class RequestResult:
     slo_ok: bool | None = None  # met every --slo target (None: no SLO set)
     turn: int | None = None  # index of the turn in a multi-turn conversation (0 = first)
     flags: list[str] = field(default_factory=list)  # anomalies worth counting, e.g. "usage_zero"
+    format_version: int = FORMAT_VERSION  # the raw log's format (llmload.core.formats)
     first_output_offset: float | None = None  # seconds from start to the first answer chunk (not reasoning)
     reasoning_tokens: int | None = None  # usage's reasoning token count (None: not reported)
     reasoning_text: str = ""  # the generated reasoning (reasoning_content / reasoning deltas)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from llmload.core.atomicfile import atomic_write
+from llmload.core.formats import version_problem
 from llmload.core.metrics import RequestResult
 
 
@@ -94,11 +95,20 @@ def read_tail(path: str | os.PathLike, offset: int) -> tuple[bytes, list[Request
     data = data[: data.rfind(b"\n") + 1]
     results = []
     for lineno, line in enumerate(data.splitlines(), 1):
+        where = f"{path}: line {lineno} after byte {offset}"
         try:
-            results.append(RequestResult.from_dict(json.loads(line)))
+            results.append(result_of(json.loads(line), where))
         except (json.JSONDecodeError, TypeError, UnicodeDecodeError) as exc:
-            raise ValueError(f"{path}: line {lineno} after byte {offset}: not a request result ({exc})") from None
+            raise ValueError(f"{where}: not a request result ({exc})") from None
     return data, results
+
+
+def result_of(data: dict, where: str) -> RequestResult:
+    """One line's result; ValueError naming ``where`` for a line of a newer format, TypeError for no result."""
+    problem = version_problem(data.get("format_version"), where) if isinstance(data, dict) else None
+    if problem:
+        raise ValueError(problem)
+    return RequestResult.from_dict(data)
 
 
 def write_results(path: str | os.PathLike, results: Iterable[RequestResult]) -> int:
@@ -122,11 +132,12 @@ def iter_results(path: str | os.PathLike) -> Iterator[RequestResult]:
             if not line.strip():
                 continue
             try:
-                yield RequestResult.from_dict(json.loads(line))
+                result = result_of(json.loads(line), f"{path}:{lineno}")
             except (json.JSONDecodeError, TypeError) as exc:
                 if not line.endswith("\n"):
                     return  # cut short by a kill: every complete line before it counts
                 raise ValueError(f"{path}:{lineno}: not a request result ({exc})") from None
+            yield result
 
 
 def read_results(path: str | os.PathLike) -> list[RequestResult]:

@@ -1,14 +1,15 @@
 """The run folder: the files a run of the runner leaves, written by the runner and read by the reports.
 
     results/<run>/
-        run.json                     settings, servers, model, SLO, versions, machine, the order the cells ran in
-                                     (:func:`write_manifest`, rewritten whole as the run goes)
+        run.json                     settings, servers, model, SLO, versions, machine, the order the cells ran in,
+                                     the files' ``format_version`` (:mod:`llmload.core.formats`;
+                                     :func:`write_manifest`, rewritten whole as the run goes)
         cells.jsonl                  one :class:`Cell` per line, appended as cells start and end (last wins)
         capacity.jsonl               one line per capacity search (server, task, capacity and its interval, steps)
         <server>/<cell>_requests.jsonl   the raw per-request log (:mod:`llmload.core.metrics`)
         <server>/<cell>_monitor.csv      resources (``monitors``)
         <server>/<cell>_stats.csv ...    Locust's own CSVs; ``_summary.json`` the load generator's summary
-        report/                      what ``python -m reports.merge`` writes
+        report/                      what ``python -m reports.merge`` writes (``report.json``: the typed report)
 
 Nothing here imports above the core; the reports read a run through these functions only.
 """
@@ -20,6 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from llmload.core.atomicfile import atomic_write_text
+from llmload.core.formats import FORMAT_VERSION, version_problem
 from llmload.core.points import Load, Point
 from llmload.core.records import known_fields
 
@@ -139,19 +141,25 @@ def read_cells(run_dir: Path) -> list[Cell]:
 
 
 def write_manifest(run_dir: Path, info: dict) -> Path:
-    """Write ``run.json`` whole (through a temporary file: a kill leaves the previous version, never half)."""
+    """Write ``run.json`` whole, its ``format_version`` first (through a temporary file: a kill leaves the previous
+    version, never half)."""
+    info = {"format_version": FORMAT_VERSION, **{k: v for k, v in info.items() if k != "format_version"}}
     return atomic_write_text(Path(run_dir) / MANIFEST, json.dumps(info, indent=2, default=str) + "\n")
 
 
 def read_manifest(run_dir: Path) -> dict:
-    """``run.json`` ({} when absent)."""
+    """``run.json`` ({} when absent); :class:`RunFolderError` for one of a newer format."""
     path = Path(run_dir) / MANIFEST
     if not path.is_file():
         return {}
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        info = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise RunFolderError(f"{path}: not JSON ({exc})") from None
+    problem = version_problem(info.get("format_version"), str(path)) if isinstance(info, dict) else None
+    if problem:
+        raise RunFolderError(problem)
+    return info
 
 
 def append_capacity(run_dir: Path, entry: dict) -> None:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Hashable, Mapping, Sequence
 
 import numpy as np
@@ -73,6 +73,7 @@ class Interval:
     high: float | None = None
     n: int = 0  # values (or pairs of units, for a ratio) the estimate rests on
     covers: str = ""  # the levels of variation the interval covers (WITHIN_RUN, CALIBRATED, across_repeats)
+    method: str = field(default="", compare=False)  # how it was made: "order statistics", "block bootstrap", ...
 
     @property
     def has_interval(self) -> bool:
@@ -93,6 +94,15 @@ class Interval:
         ratio whose interval is :data:`WITHIN_RUN` is not called significant either way.
         """
         return None if self.covers == WITHIN_RUN else self.excludes_one
+
+
+#: :attr:`Interval.method` of a percentile's distribution-free interval.
+ORDER_STATISTICS = "order statistics"
+
+
+def bootstrap_method(length: int) -> str:
+    """:attr:`Interval.method` of a bootstrap in blocks of ``length`` units (1: independent units)."""
+    return "bootstrap" if length == 1 else f"block bootstrap, blocks of {length}"
 
 
 # --------------------------------------------------------------------------- the minimum-sample rule
@@ -557,7 +567,7 @@ def intervals(statistics: dict[str, Statistic], key: Sequence[Hashable] = (), re
         length = s.block_length(factor=factor) if blocks else 1
         if s.stat.startswith("p") and s.one_per_unit and length == 1:
             low, high = order_interval(s.values, quantile_of(s.stat))
-            result[name] = Interval(s.point(), low, high, s.n, WITHIN_RUN)
+            result[name] = Interval(s.point(), low, high, s.n, WITHIN_RUN, ORDER_STATISTICS)
         else:
             pending.setdefault(length, {})[name] = s
     for length, group in pending.items():
@@ -569,7 +579,7 @@ def intervals(statistics: dict[str, Statistic], key: Sequence[Hashable] = (), re
         for name, s in group.items():
             if s.stat in ("mean", "rate"):
                 low, high = _percentile_interval(s.replicates(order, counts, weights), _blocks(s.n_units, length))
-                result[name] = Interval(s.point(), low, high, s.n, WITHIN_RUN)
+                result[name] = Interval(s.point(), low, high, s.n, WITHIN_RUN, bootstrap_method(length))
             else:
                 shared.setdefault(id(s.values), []).append(name)
         for names in shared.values():
@@ -577,7 +587,8 @@ def intervals(statistics: dict[str, Statistic], key: Sequence[Hashable] = (), re
             reps = first.quantile_replicates(order, counts, [quantile_of(group[n].stat) for n in names], weights)
             for name, row in zip(names, reps):
                 low, high = _percentile_interval(row, _blocks(first.n_units, length))
-                result[name] = Interval(group[name].point(), low, high, group[name].n, WITHIN_RUN)
+                result[name] = Interval(group[name].point(), low, high, group[name].n, WITHIN_RUN,
+                                        bootstrap_method(length))
     return {name: result[name] for name in statistics}
 
 
@@ -631,7 +642,8 @@ def ratio_interval(top: Statistic, bottom: Statistic, key: Sequence[Hashable] = 
     with np.errstate(divide="ignore", invalid="ignore"):
         reps = np.where(down != 0, up / down, np.nan)
     low, high = _percentile_interval(reps, _blocks(n, length))
-    return Interval(value, low, high, n, WITHIN_RUN), is_paired
+    method = bootstrap_method(length) + (" over shared units" if is_paired else " of each side")
+    return Interval(value, low, high, n, WITHIN_RUN, method), is_paired
 
 
 def widened(iv: Interval, spread: float, df: float | None = None, covers: str = CALIBRATED,
@@ -659,11 +671,12 @@ def widened(iv: Interval, spread: float, df: float | None = None, covers: str = 
         q = t_quantile(int(min(1e6, df * (1.0 + s2 / extra) ** 2))) if df else Z975
         return max(q * math.sqrt(s2 + extra), floor * scale)
 
+    method = f"{iv.method}, widened by a calibrated run-to-run spread"
     if iv.value > 0 and iv.low > 0:
         return Interval(iv.value, iv.value * math.exp(-side(math.log(iv.value / iv.low), 1.0)),
-                        iv.value * math.exp(side(math.log(iv.high / iv.value), 1.0)), iv.n, covers)
+                        iv.value * math.exp(side(math.log(iv.high / iv.value), 1.0)), iv.n, covers, method)
     return Interval(iv.value, iv.value - side(iv.value - iv.low, abs(iv.value)),
-                    iv.value + side(iv.high - iv.value, abs(iv.value)), iv.n, covers)
+                    iv.value + side(iv.high - iv.value, abs(iv.value)), iv.n, covers, method)
 
 
 def combined_spread(*spreads: tuple[float, float]) -> tuple[float, float]:
@@ -711,11 +724,13 @@ def repeat_interval(values: Sequence[float]) -> Interval:
         return Interval(mean, n=1)
     q = t_quantile(array.size - 1) / math.sqrt(array.size)
     low, high = mean - q * float(array.std(ddof=1)), mean + q * float(array.std(ddof=1))
+    method = "Student's t over repeats"
     if low <= 0 < array.min():
         logs = np.log(array)
         centre, half = float(logs.mean()), q * float(logs.std(ddof=1))
         low, high = min(math.exp(centre - half), mean), max(math.exp(centre + half), mean)
-    return Interval(mean, low, high, int(array.size), across_repeats(array.size))
+        method += " (log scale)"
+    return Interval(mean, low, high, int(array.size), across_repeats(array.size), method)
 
 
 def repeat_ratio_interval(top: Sequence[float], bottom: Sequence[float]) -> Interval:
@@ -738,7 +753,7 @@ def repeat_ratio_interval(top: Sequence[float], bottom: Sequence[float]) -> Inte
     half = t_quantile(max(1, int(df))) * se
     centre = float(la.mean() - lb.mean())
     return Interval(ratio(float(a.mean()), float(b.mean())), math.exp(centre - half), math.exp(centre + half),
-                    int(min(a.size, b.size)), across_repeats(a.size, b.size))
+                    int(min(a.size, b.size)), across_repeats(a.size, b.size), "Welch's t over repeats")
 
 
 def paired_repeats(count: int) -> str:
@@ -765,4 +780,4 @@ def block_ratio_interval(top: Mapping[Hashable, float], bottom: Mapping[Hashable
     half = t_quantile(logs.size - 1) * float(logs.std(ddof=1)) / math.sqrt(logs.size)
     centre = float(logs.mean())
     return Interval(value, math.exp(centre - half), math.exp(centre + half), int(logs.size),
-                    paired_repeats(logs.size))
+                    paired_repeats(logs.size), "Student's t over paired blocks")

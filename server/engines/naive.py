@@ -12,12 +12,15 @@ import logging
 import queue
 import threading
 import uuid
-from typing import AsyncIterator
+from typing import TYPE_CHECKING, AsyncIterator
 
 from server.engines.base import (Engine, EngineLoad, GenerationDelta, GenerationJob, PreparedPrompt, RequestTiming,
                                  SamplingParams)
 from server.engines.hf_model import HFModel
 from server.engines.sequence import Decoding
+
+if TYPE_CHECKING:
+    from transformers import DynamicCache
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +105,7 @@ class NaiveEngine(Engine):
             finally:
                 self._active_len = 0
 
-    def _prefill(self, job: GenerationJob) -> tuple[Decoding, "DynamicCache"]:
+    def _prefill(self, job: GenerationJob) -> tuple[Decoding, DynamicCache]:
         """Start a request: run its prompt alone from an empty cache and hand out its first token.
 
         Returns its :class:`Decoding` and its KV cache (a ``DynamicCache``). Both

@@ -17,31 +17,19 @@ within 1 % (about 2 ms), and the loopback and the client's scheduling on this bu
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import shutil
 import subprocess
-import tempfile
 import time
 
 import pytest
 
+from browser import NEEDS_BROWSER, chromium_page
 from locust_helpers import locust_command, write_prompts
 from llmload.core.paths import REPO_ROOT
 from llmload.core.services import free_port
 from test_locust_webui import TTFT_HIGH_MS, TTFT_LOW_MS, html_report_run
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH: install Debian's chromium package "
-                       "(scripts/setup_env.sh does it when run as root with apt-get)"),
-    pytest.mark.skipif(importlib.util.find_spec("playwright") is None,
-                       reason="Playwright's Python package is not installed (pip install -r requirements.txt)"),
-]
-#: Chromium's flags on a closed network, as root: without the background-networking ones it dials out and waits.
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
+pytestmark = [pytest.mark.e2e, *NEEDS_BROWSER]
 CHARTS_ALWAYS = ("tokens", "ttft", "tpot", "users", "memory")
 CHARTS_WHEN_ASKED = ("slo", "goodput", "lag")  # with --slo, and --rate (open loop)
 SCREENSHOT = REPO_ROOT / "docs" / "figures" / "webui.png"
@@ -53,19 +41,8 @@ WAIT_S = 45
 @pytest.fixture
 def browser_page():
     """A fresh headless Chromium (own profile folder) and one page at 1400x900; page errors are collected."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright, tempfile.TemporaryDirectory(prefix="llmload-chromium-") as profile:
-        context = playwright.chromium.launch_persistent_context(
-            profile, executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS,
-            viewport={"width": 1400, "height": 900})
-        try:
-            page = context.new_page()
-            page.errors = []
-            page.on("pageerror", lambda error: page.errors.append(str(error)))
-            yield page
-        finally:
-            context.close()
+    with chromium_page() as page:
+        yield page
 
 
 #: What the page shows, read in the page: the charts' point counts, the table's TTFT p50, the cards, the lines' ends.
