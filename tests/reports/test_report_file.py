@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -73,7 +74,7 @@ def test_save_and_load_give_the_same_report_and_the_same_files(tmp_path):
     assert (tmp_path / "cli" / "summary.md").read_bytes() == (first / "summary.md").read_bytes()
 
 
-def saved(tmp_path) -> tuple[ScriptedRun, "Path"]:
+def saved(tmp_path) -> tuple[ScriptedRun, Path]:
     run = ScriptedRun(tmp_path / "run")
     run.add("basic", "qa", "stream", 1, closed_loop([0.05] * 12, 1, prompts=12))
     write_report(build_report(load_run(run.path), use_tokenizer=False), run.path / "report")

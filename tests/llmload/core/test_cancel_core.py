@@ -2,7 +2,6 @@
 its point, and the summary counting cancels apart from failures and latencies."""
 
 import argparse
-import random
 
 import pytest
 from geventhttpclient.client import HTTPClientPool
