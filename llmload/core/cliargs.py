@@ -123,19 +123,22 @@ def comma_list(item: Callable[[str], object] = str, what: str = "values") -> Cal
     return parse
 
 
-def choice(allowed: Sequence[str]) -> Callable[[str], str]:
-    """A type for one name among ``allowed``."""
+def choice(allowed: Sequence[str] | Callable[[], Sequence[str]]) -> Callable[[str], str]:
+    """A type for one name among ``allowed`` (or among those a function returns when the text is parsed: a
+    registry that may grow after the option is declared)."""
 
     def parse(text: str) -> str:
-        if text not in allowed:
-            raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(allowed)}")
+        names = allowed() if callable(allowed) else allowed
+        if text not in names:
+            raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(names)}")
         return text
 
     return parse
 
 
-def choice_list(allowed: Sequence[str], what: str = "names") -> Callable[[str], list[str]]:
-    """A type for ``a,b``: a comma-separated list of names among ``allowed``."""
+def choice_list(allowed: Sequence[str] | Callable[[], Sequence[str]], what: str = "names"
+                ) -> Callable[[str], list[str]]:
+    """A type for ``a,b``: a comma-separated list of names among ``allowed`` (see :func:`choice`)."""
     return comma_list(choice(allowed), what)
 
 
@@ -189,12 +192,13 @@ def on_off(text: str) -> bool:
 
 # --------------------------------------------------------------------------- options declared on dataclasses
 
-def option(default: Any, help: str, *, flag: str | None = None, aliases: Sequence[str] = (),
+def option(default: Any, help: str | Callable[[], str], *, flag: str | None = None, aliases: Sequence[str] = (),
            **argparse_kwargs: Any) -> Any:
     """A dataclass field that is also a command-line option (and, where the program reads one, an environment
     variable): its one default, its ``--help`` text, and ``add_argument``'s other keywords (``type``, ``choices``,
     ``metavar``, ``action``; Locust's ``include_in_web_ui`` and ``is_secret``).
 
+    ``help`` may be a function, called when the option is added to a parser (a help that lists a registry).
     ``flag`` defaults to ``--field-name``; ``aliases`` are more names of the same option (``--parallel`` beside
     ``--concurrency``); a switch is ``action="store_true"``, one that turns a True default off is
     ``flag="--no-x", action="store_false"``. The help gains `` (default: ...)`` unless it names its default or
@@ -218,7 +222,8 @@ def borrow(cls, name: str, *, default: Any = _NO_DEFAULT, note: str = "") -> Any
         raise ValueError(f"{cls.__name__} declares no option {name}")
     metadata = {k: v for k, v in f.metadata.items() if k not in LOCUST_KEYWORDS}
     metadata["flag"] = flag_of(f)
-    metadata["help"] = f.metadata["help"] + note
+    base = f.metadata["help"]
+    metadata["help"] = (lambda: help_text(base) + note) if callable(base) else base + note
     return dataclasses.field(default=f.default if default is _NO_DEFAULT else default, metadata=metadata)
 
 
@@ -241,8 +246,13 @@ def _argparse_kwargs(f: dataclasses.Field) -> dict[str, Any]:
     return {k: v for k, v in f.metadata.items() if k not in ("flag", "help", "aliases")}
 
 
+def help_text(help: str | Callable[[], str]) -> str:
+    """An :func:`option`'s help text (a function's: called now)."""
+    return help() if callable(help) else help
+
+
 def _help(f: dataclasses.Field, default: Any) -> str:
-    text = f.metadata["help"]
+    text = help_text(f.metadata["help"])
     if "default" in text or default in (None, "", False) or isinstance(default, (bool, tuple)):
         return text
     return text + " (default: %(default)s)"

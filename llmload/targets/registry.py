@@ -90,7 +90,7 @@ class ServerSelection:
     benchmarks); :func:`choose_servers` reads them."""
 
     servers: list[Target] | None = option(
-        None, f"comma list of server kinds to start ({', '.join(k for k in KINDS if k != 'url')}; aliases "
+        None, lambda: f"comma list of server kinds to start ({', '.join(k for k in KINDS if k != 'url')}; aliases "
         f"{', '.join(ALIASES)}), NAME=KIND to start a kind under another name, or NAME=URL for a server already "
         f"running (default: {DEFAULT_SERVERS})", type=targets_type, metavar="LIST")
     baseline: str | None = option(

@@ -6,7 +6,7 @@ import pytest
 
 from llmload.core.metrics import SLO
 from llmload.runner.cli import parse_args
-from llmload.runner.options import build_parser, resolve
+from llmload.runner.options import build_parser, parse_settings
 from llmload.tasks import default_task_names, task_names
 from runner_helpers import run_runner
 
@@ -98,9 +98,8 @@ def test_bad_input_is_one_line_naming_the_option(argv, expected, capsys):
 
 
 def resolved(argv: list[str]):
-    """The options as the runner resolves them, without asking the load generator for its flags (a process)."""
-    parser = build_parser()
-    return resolve(parser.parse_args(argv), parser)
+    """The settings as the runner resolves them."""
+    return parse_settings(argv)
 
 
 @pytest.mark.unit
