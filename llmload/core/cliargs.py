@@ -426,6 +426,8 @@ def read_options_file(path: Path, parser: argparse.ArgumentParser, *, exclude: S
     unknown key or a bad value."""
     where = what or str(path)
     path = Path(path)
+    if path.suffix.lower() not in (".toml", ".json"):
+        raise CLIError(f"{where}: give a .toml or a .json file")
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -435,13 +437,11 @@ def read_options_file(path: Path, parser: argparse.ArgumentParser, *, exclude: S
             table = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise CLIError(f"{where}: not valid TOML: {exc}") from None
-    elif path.suffix.lower() == ".json":
+    else:
         try:
             table = json.loads(text)
         except json.JSONDecodeError as exc:
             raise CLIError(f"{where}: not valid JSON: {exc}") from None
-    else:
-        raise CLIError(f"{where}: give a .toml or a .json file")
     if not isinstance(table, dict):
         raise CLIError(f"{where}: expected a table of option = value, got {type(table).__name__}")
     actions = _file_actions(parser, exclude)
@@ -450,6 +450,8 @@ def read_options_file(path: Path, parser: argparse.ArgumentParser, *, exclude: S
     for key, value in table.items():
         name = str(key).lstrip("-").replace("-", "_")
         action = actions.get(name)
+        if name in exclude:
+            raise CLIError(f"{where}: {key} cannot be given in the file")
         if action is None:
             close = difflib.get_close_matches(name, list(actions), n=1)
             hint = f" (did you mean {close[0]}?)" if close else " (its keys are the option names of --help)"

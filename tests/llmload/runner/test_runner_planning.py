@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from llmload.core.cliargs import add_options, option_fields, to_argv
 from llmload.core.metrics import SLO, RequestResult, summarize
+from llmload.loadgen.options import LoadSettings
 from llmload.core.points import Load, Point
 from llmload.core.runfiles import Cell
 from llmload.runner.cell import CellRunner, LoadOptions
 from llmload.runner import matrix
 from llmload.runner.cli import parse_args
 from llmload.runner.matrix import Runner
-from llmload.runner.options import RunnerSettings, resolve, step_requests
+from llmload.runner.options import RunnerSettings, step_requests
 from llmload.runner.plan import Plan, cell_prefix, round_rate, sweep_rates
 from llmload.runner.progress import Progress, cell_label, duration_text, figures
 from llmload.runner.schedule import Job, Order
@@ -205,3 +208,29 @@ def test_a_trace_cell_runs_the_trace_not_the_prompt_set(tmp_path):
     assert cmd[cmd.index("--trace") + 1] == str(trace.resolve()) and cmd[cmd.index("--time-scale") + 1] == "2"
     assert cmd[cmd.index("-u") + 1] == "5" and cmd[cmd.index("--max-model-len") + 1] == "2048"
     assert not {"--requests", "--dataset", "--max-tokens", "--rate", "--tokenizer"} & set(cmd)
+
+
+@pytest.mark.unit
+def test_a_cells_locust_command_says_its_load_settings_as_the_load_generator_reads_them(tmp_path):
+    """The load generator's half of every cell's command, read back by its own declarations, is the LoadSettings the
+    cell gives: closed, open, cancelling, SLO-judged and trace cells, each passing the load generator's checks."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 9, "output_length": 2}\n')
+    reader = argparse.ArgumentParser()
+    add_options(reader, LoadSettings, names=[f.name for f in option_fields(LoadSettings)])
+    for argv in (["--concurrency", "3", "--max-tokens", "0"],
+                 ["--rates", "2.5", "--arrival", "gamma", "--burstiness", "0.5", "--seed", "7", "--warmup", "1",
+                  "--slo", "ttft=500,e2e=4s"],
+                 ["--concurrency", "2", "--cancel-rate", "0.3", "--cancel-after", "ttft+1s", "--api", "completion"],
+                 ["--trace", str(trace), "--time-scale", "2", "--pool", "5", "--seed", "3"]):
+        args = parse_args(["--servers", "mock", "--tasks", "qa", *argv])
+        runner = CellRunner(tmp_path, matrix.load_options(args), {"qa": tmp_path / "qa.jsonl"})
+        plan = Plan.from_settings(args)
+        for cell in (plan.cell(p) for task, mode in plan.pairs() for p in plan.points("mock", task, mode)):
+            cmd = runner.command(cell, "http://127.0.0.1:1")
+            given = runner.given(cell)
+            ours = cmd[cmd.index("--stop-timeout") + 2:]
+            assert ours == to_argv(LoadSettings(**given), list(given)), argv
+            read = LoadSettings.from_options(reader.parse_args(ours))
+            assert read == LoadSettings(**given) and read.mode == cell.mode, argv
+            read.check()  # no contradiction the load generator would refuse
