@@ -217,7 +217,7 @@ def borrow(cls, name: str, *, default: Any = _NO_DEFAULT, note: str = "") -> Any
     """A field declared as ``cls``'s option ``name`` is (its flag, type, choices, metavar and help: one
     declaration), for another program's settings: with its own ``default`` (else the same) and ``note``, text
     added to the help where the option means a little more there. Locust's web-UI keywords are left out."""
-    (f,) = [f for f in option_fields(cls) if f.name == name] or [None]
+    f = next((f for f in option_fields(cls) if f.name == name), None)
     if f is None:
         raise ValueError(f"{cls.__name__} declares no option {name}")
     metadata = {k: v for k, v in f.metadata.items() if k not in LOCUST_KEYWORDS}
@@ -417,6 +417,11 @@ def _file_value(action: argparse.Action, key: str, value: Any) -> Any:
         raise argparse.ArgumentTypeError(f"invalid value: {text!r}") from None
 
 
+#: An options file's suffix: how it is read, what its syntax errors are, its format's name.
+_FILE_FORMATS = {".toml": (tomllib.loads, tomllib.TOMLDecodeError, "TOML"),
+                 ".json": (json.loads, json.JSONDecodeError, "JSON")}
+
+
 def read_options_file(path: Path, parser: argparse.ArgumentParser, *, exclude: Sequence[str] = (),
                       what: str = "") -> dict[str, Any]:
     """The options a TOML (``.toml``) or JSON file gives, as ``{dest: value}``: a table of ``option = value``
@@ -426,22 +431,18 @@ def read_options_file(path: Path, parser: argparse.ArgumentParser, *, exclude: S
     unknown key or a bad value."""
     where = what or str(path)
     path = Path(path)
-    if path.suffix.lower() not in (".toml", ".json"):
+    loader = _FILE_FORMATS.get(path.suffix.lower())
+    if loader is None:
         raise CLIError(f"{where}: give a .toml or a .json file")
+    load, malformed, name = loader
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise CLIError(f"{where}: cannot read it: {getattr(exc, 'strerror', None) or exc}") from None
-    if path.suffix.lower() == ".toml":
-        try:
-            table = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            raise CLIError(f"{where}: not valid TOML: {exc}") from None
-    else:
-        try:
-            table = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise CLIError(f"{where}: not valid JSON: {exc}") from None
+    try:
+        table = load(text)
+    except malformed as exc:
+        raise CLIError(f"{where}: not valid {name}: {exc}") from None
     if not isinstance(table, dict):
         raise CLIError(f"{where}: expected a table of option = value, got {type(table).__name__}")
     actions = _file_actions(parser, exclude)

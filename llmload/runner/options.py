@@ -35,13 +35,12 @@ from llmload.core.cancel import parse_cancel_after
 from llmload.core.cliargs import (CLIError, OneLineParser, add_options, borrow, choice_list, duration, fail,
                                   float_list, from_namespace, int_list, non_negative_int, number, option,
                                   option_fields, parse_with_file, positive_float, positive_int)
-from llmload.core.cliargs import slo as slo_type
 from llmload.core.cost import prices
 from llmload.core.metrics import MODES, SLO
 from llmload.core.sequential import CONFIDENCE, Budget, requests_to_hold
-from llmload.loadgen.options import ARRIVALS, TRACE_SHAPING, LoadSettings, trace_shaping
+from llmload.loadgen.options import ARRIVALS, LoadSettings, trace_shaping
 from llmload.runner.schedule import ORDERS
-from llmload.targets import (DEFAULT_SERVERS, ServerSelection, Target, TargetSettings, choose_servers)
+from llmload.targets import DEFAULT_SERVERS, ServerSelection, Target, TargetSettings, choose_servers
 from llmload.tasks import DatasetError, default_task_names, task_names
 from llmload.tasks.traces import check_lengths, offsets, read_trace
 
@@ -76,9 +75,6 @@ DEFAULT_CAPACITY_LOOKS = 5
 DEFAULT_MAX_REPEATS = 5
 #: Seconds Locust gets to finish its users' requests once asked to stop (its ``--stop-timeout``).
 LOCUST_STOP_TIMEOUT_S = 10
-SLO_KEYS = SLO.KEYS
-#: The load generator's options the runner passes on to every cell, declared once in :class:`LoadSettings`.
-CANCEL_OPTIONS = ("cancel_rate", "cancel_after")
 
 
 def percentage(include_100: bool):
