@@ -38,8 +38,8 @@ from pathlib import Path
 import gevent
 from geventhttpclient.client import HTTPClientPool
 
-from llmload.core.cliargs import (OneLineParser, add_options, from_namespace, int_list, positive_float, positive_int,
-                                  print_error)
+from llmload.core.cliargs import (CLIError, OneLineParser, add_options, from_namespace, int_list, positive_float,
+                                  positive_int, print_error)
 from llmload.core.client import LLMClient
 from llmload.core.defaults import REQUEST_TIMEOUT_S
 from llmload.core.apis import APIS, GenerationParams
@@ -51,11 +51,9 @@ from llmload.core.services import ServiceError
 from llmload.core.tables import render
 from llmload.core.transport import HTTPTransport, TransportError
 from llmload.core.wire import WireError
-from llmload.targets import DEFAULT_BASELINE, Target, TargetSettings, get_kind, start_target, targets_type
+from llmload.targets import (ServerSelection, Target, TargetSettings, choose_servers, get_kind, start_target)
 from monitors.sampler import peak_usage, read_monitor, start_monitor
 
-#: What runs by default; ``basic-batched-plain`` (batched with its weights left unpacked) measures the packing.
-DEFAULT_SERVERS = "basic-naive,basic-batched,vllm"
 #: The server options' defaults that differ from the runner's (:class:`TargetSettings`): one batch cap for batched
 #: and vLLM alike, so that both may hold as many requests at once.
 SERVER_DEFAULTS = {"max_num_seqs": 32}
@@ -251,13 +249,7 @@ def render_table(rows: list[dict], baseline: str | None) -> str:
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="python -m benchmarks.server_throughput",
                       description="Output tokens/s and TTFT p50 of naive, batched and vLLM side by side.")
-    p.add_argument("--servers", type=targets_type, default=None, metavar="LIST",
-                   help=f"comma-separated servers to run, in this order: kinds of the target registry (aliases "
-                        f"naive, batched, batched-plain), NAME=KIND or NAME=URL (default: {DEFAULT_SERVERS}; "
-                        "basic-batched-plain = batched with --no-prepack-weights)")
-    p.add_argument("--baseline", default=None, metavar="NAME",
-                   help=f"the server every ratio is taken against, baseline / server (default: {DEFAULT_BASELINE}, "
-                        "when it runs)")
+    add_options(p, ServerSelection)  # --servers, --baseline: declared once, as the runner has them
     p.add_argument("--concurrency", type=int_list, default=[1, 8, 32], metavar="LIST",
                    help="comma-separated concurrency levels (default: 1,8,32)")
     p.add_argument("--requests-per-user", type=positive_int, default=2, metavar="N",
@@ -294,11 +286,11 @@ def load_prompts(path: Path | None) -> tuple[PromptRecord, ...]:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    targets = args.servers or targets_type(DEFAULT_SERVERS)
+    try:
+        targets, baseline = choose_servers(args.servers, args.baseline)
+    except CLIError as exc:
+        parser.error(str(exc))
     names = [t.name for t in targets]
-    if args.baseline is not None and args.baseline not in names:
-        parser.error(f"--baseline {args.baseline} is not among --servers ({', '.join(names)})")
-    baseline = args.baseline or (DEFAULT_BASELINE if DEFAULT_BASELINE in names else None)
     needs_model = any(get_kind(t.kind).needs_model and not t.url for t in targets)
     try:
         prompts = load_prompts(args.prompts)

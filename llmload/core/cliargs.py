@@ -11,17 +11,30 @@
   the fields to a parser (argparse, or Locust's configargparse one, which then
   reads ``PREFIX_NAME`` itself), :func:`read_env` reads the environment the
   same way, :func:`from_namespace` reads parsed flags back. The server, the load
-  generator and the servers under test (the runner's and the benchmarks' server
-  flags) declare their options so, each default once.
+  generator, the servers under test (the runner's and the benchmarks' server
+  flags) and the runner declare their options so, each default once.
+* Another program's option: :func:`borrow` declares a field with the flag, type
+  and help of another class's field (its own default, a note on its help), so
+  an option two programs share is declared once.
+* Back to a command line: :func:`to_argv` renders settings as the flags their
+  declarations parse (the runner's Locust command).
+* Options from a file: :func:`read_options_file` reads a TOML or JSON table of
+  ``option = value`` (keys: a parser's option names) with the types the flags
+  have; :func:`parse_with_file` gives them to a parser as its defaults, so that
+  the command line still wins (the runner's ``--scenario``).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
+import json
 import os
 import re
 import sys
+import tomllib
+from pathlib import Path
 from typing import Any, Callable, Mapping, NoReturn, Sequence
 
 
@@ -110,19 +123,22 @@ def comma_list(item: Callable[[str], object] = str, what: str = "values") -> Cal
     return parse
 
 
-def choice(allowed: Sequence[str]) -> Callable[[str], str]:
-    """A type for one name among ``allowed``."""
+def choice(allowed: Sequence[str] | Callable[[], Sequence[str]]) -> Callable[[str], str]:
+    """A type for one name among ``allowed`` (or among those a function returns when the text is parsed: a
+    registry that may grow after the option is declared)."""
 
     def parse(text: str) -> str:
-        if text not in allowed:
-            raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(allowed)}")
+        names = allowed() if callable(allowed) else allowed
+        if text not in names:
+            raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(names)}")
         return text
 
     return parse
 
 
-def choice_list(allowed: Sequence[str], what: str = "names") -> Callable[[str], list[str]]:
-    """A type for ``a,b``: a comma-separated list of names among ``allowed``."""
+def choice_list(allowed: Sequence[str] | Callable[[], Sequence[str]], what: str = "names"
+                ) -> Callable[[str], list[str]]:
+    """A type for ``a,b``: a comma-separated list of names among ``allowed`` (see :func:`choice`)."""
     return comma_list(choice(allowed), what)
 
 
@@ -176,16 +192,39 @@ def on_off(text: str) -> bool:
 
 # --------------------------------------------------------------------------- options declared on dataclasses
 
-def option(default: Any, help: str, *, flag: str | None = None, **argparse_kwargs: Any) -> Any:
+def option(default: Any, help: str | Callable[[], str], *, flag: str | None = None, aliases: Sequence[str] = (),
+           **argparse_kwargs: Any) -> Any:
     """A dataclass field that is also a command-line option (and, where the program reads one, an environment
     variable): its one default, its ``--help`` text, and ``add_argument``'s other keywords (``type``, ``choices``,
     ``metavar``, ``action``; Locust's ``include_in_web_ui`` and ``is_secret``).
 
-    ``flag`` defaults to ``--field-name``; a switch that turns a True default off is
+    ``help`` may be a function, called when the option is added to a parser (a help that lists a registry).
+    ``flag`` defaults to ``--field-name``; ``aliases`` are more names of the same option (``--parallel`` beside
+    ``--concurrency``); a switch is ``action="store_true"``, one that turns a True default off is
     ``flag="--no-x", action="store_false"``. The help gains `` (default: ...)`` unless it names its default or
     the default is empty or a switch's (None, "", 0, a bool, a tuple).
     """
-    return dataclasses.field(default=default, metadata={"flag": flag, "help": help, **argparse_kwargs})
+    metadata = {"flag": flag, "help": help, **argparse_kwargs}
+    if aliases:
+        metadata["aliases"] = tuple(aliases)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+_NO_DEFAULT = object()
+
+
+def borrow(cls, name: str, *, default: Any = _NO_DEFAULT, note: str = "") -> Any:
+    """A field declared as ``cls``'s option ``name`` is (its flag, type, choices, metavar and help: one
+    declaration), for another program's settings: with its own ``default`` (else the same) and ``note``, text
+    added to the help where the option means a little more there. Locust's web-UI keywords are left out."""
+    f = next((f for f in option_fields(cls) if f.name == name), None)
+    if f is None:
+        raise ValueError(f"{cls.__name__} declares no option {name}")
+    metadata = {k: v for k, v in f.metadata.items() if k not in LOCUST_KEYWORDS}
+    metadata["flag"] = flag_of(f)
+    base = f.metadata["help"]
+    metadata["help"] = (lambda: help_text(base) + note) if callable(base) else base + note
+    return dataclasses.field(default=f.default if default is _NO_DEFAULT else default, metadata=metadata)
 
 
 def option_fields(cls) -> list[dataclasses.Field]:
@@ -204,11 +243,16 @@ def env_name(f: dataclasses.Field, prefix: str) -> str:
 
 
 def _argparse_kwargs(f: dataclasses.Field) -> dict[str, Any]:
-    return {k: v for k, v in f.metadata.items() if k not in ("flag", "help")}
+    return {k: v for k, v in f.metadata.items() if k not in ("flag", "help", "aliases")}
+
+
+def help_text(help: str | Callable[[], str]) -> str:
+    """An :func:`option`'s help text (a function's: called now)."""
+    return help() if callable(help) else help
 
 
 def _help(f: dataclasses.Field, default: Any) -> str:
-    text = f.metadata["help"]
+    text = help_text(f.metadata["help"])
     if "default" in text or default in (None, "", False) or isinstance(default, (bool, tuple)):
         return text
     return text + " (default: %(default)s)"
@@ -244,7 +288,8 @@ def add_options(parser, cls, *, defaults: Any = None, env_prefix: str | None = N
             extra["env_var"] = env_name(f, env_prefix)
         if names is not None:
             extra = {k: v for k, v in extra.items() if k not in LOCUST_KEYWORDS}
-        parser.add_argument(flag_of(f), dest=f.name, default=default, help=_help(f, default), **extra)
+        parser.add_argument(flag_of(f), *f.metadata.get("aliases", ()), dest=f.name, default=default,
+                            help=_help(f, default), **extra)
 
 
 def parse_value(f: dataclasses.Field, text: str) -> Any:
@@ -252,10 +297,12 @@ def parse_value(f: dataclasses.Field, text: str) -> Any:
     meta = f.metadata
     if meta.get("action") in ("store_true", "store_false"):
         return on_off(text)
-    choices = meta.get("choices")
+    return _convert(text, meta.get("type"), meta.get("choices"))
+
+
+def _convert(text: str, convert: Callable[[str], Any] | None, choices: Sequence[str] | None) -> Any:
     if choices and text not in choices:
         raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(choices)}")
-    convert = meta.get("type")
     try:
         return convert(text) if convert else text
     except ValueError as exc:
@@ -284,3 +331,154 @@ def from_namespace(cls, namespace: argparse.Namespace, **values: Any):
     ``values`` on top."""
     parsed = {f.name: getattr(namespace, f.name) for f in option_fields(cls) if hasattr(namespace, f.name)}
     return cls(**{**parsed, **values})
+
+
+# --------------------------------------------------------------------------- back to a command line
+
+def argument_text(value: Any) -> str:
+    """``value`` as a flag's argument: a number as its shortest exact text (``0.5``, ``2``), a list as
+    ``a,b``, a value with an ``argument()`` method (an SLO) as that gives it, anything else as ``str``."""
+    if hasattr(value, "argument"):
+        return value.argument()
+    if isinstance(value, float):
+        short = f"{value:g}"
+        return short if float(short) == value else repr(value)
+    if isinstance(value, (list, tuple)):
+        return ",".join(argument_text(v) for v in value)
+    return str(value)
+
+
+def to_argv(settings: Any, names: Sequence[str] | None = None) -> list[str]:
+    """The flags that say ``settings`` (an instance of a class of :func:`option` fields) to its own parser:
+    ``names`` in that order, or else every field away from its default, in declaration order. A value that says
+    nothing (None, "", a switch left off) gives no flag."""
+    by_name = {f.name: f for f in option_fields(type(settings))}
+    if names is None:
+        names = [n for n, f in by_name.items() if getattr(settings, n) != f.default]
+    argv: list[str] = []
+    for name in names:
+        f = by_name[name]
+        value = getattr(settings, name)
+        action = f.metadata.get("action")
+        if action in ("store_true", "store_false"):
+            argv += [flag_of(f)] if value == (action == "store_true") else []
+        elif value is not None and value != "":
+            argv += [flag_of(f), argument_text(value)]
+    return argv
+
+
+# --------------------------------------------------------------------------- options from a file
+
+def _file_value_text(value: Any) -> str:
+    """A TOML or JSON value as the text its flag would be given: true/false, numbers, ``a,b`` for a list,
+    ``k=v,k=v`` for a table; ValueError for what no flag takes."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float, str)):
+        return argument_text(value)
+    if isinstance(value, list) and all(isinstance(v, (bool, int, float, str)) for v in value):
+        return ",".join(_file_value_text(v) for v in value)
+    if isinstance(value, dict) and all(isinstance(v, (bool, int, float, str)) for v in value.values()):
+        return ",".join(f"{k}={_file_value_text(v)}" for k, v in value.items())
+    if value is None:
+        raise ValueError("null is no value (leave the key out for the default)")
+    raise ValueError(f"{json.dumps(value)} is not a value a flag takes (a string, number, true/false, a list of "
+                     "them, or a table of them)")
+
+
+def _file_actions(parser: argparse.ArgumentParser, exclude: Sequence[str]) -> dict[str, argparse.Action]:
+    """The parser's options by the names a file may give them: each flag without its dashes (``max-tokens``),
+    with underscores (``max_tokens``), and its destination."""
+    names: dict[str, argparse.Action] = {}
+    for action in parser._actions:
+        if not action.option_strings or action.dest in exclude or isinstance(action, argparse._HelpAction):
+            continue
+        for flag in action.option_strings:
+            if flag.startswith("--"):
+                names[flag[2:].replace("-", "_")] = action
+        names.setdefault(action.dest, action)
+    return names
+
+
+def _file_value(action: argparse.Action, key: str, value: Any) -> Any:
+    """The value of ``action`` a file's ``key = value`` gives, parsed as its flag parses its argument."""
+    if action.nargs == 0:  # a switch: true or false, as the flag given or not (no_cache = true: --no-cache)
+        on = value if isinstance(value, bool) else on_off(_file_value_text(value))
+        if key != action.dest:
+            return action.const if on else action.default
+        return on  # the value itself, by its destination's name (cache = false)
+    try:
+        text = _file_value_text(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    try:
+        return _convert(text, action.type, action.choices)
+    except TypeError:
+        raise argparse.ArgumentTypeError(f"invalid value: {text!r}") from None
+
+
+#: An options file's suffix: how it is read, what its syntax errors are, its format's name.
+_FILE_FORMATS = {".toml": (tomllib.loads, tomllib.TOMLDecodeError, "TOML"),
+                 ".json": (json.loads, json.JSONDecodeError, "JSON")}
+
+
+def read_options_file(path: Path, parser: argparse.ArgumentParser, *, exclude: Sequence[str] = (),
+                      what: str = "") -> dict[str, Any]:
+    """The options a TOML (``.toml``) or JSON file gives, as ``{dest: value}``: a table of ``option = value``
+    whose keys are ``parser``'s option names (``max_tokens`` or ``max-tokens``; an alias too), each value parsed
+    as its flag parses its argument (a list may be a TOML list or ``"a,b"``). Options in ``exclude`` cannot be
+    given so. Raises :class:`CLIError`, one line starting ``what`` (or the path), for an unreadable file, an
+    unknown key or a bad value."""
+    where = what or str(path)
+    path = Path(path)
+    loader = _FILE_FORMATS.get(path.suffix.lower())
+    if loader is None:
+        raise CLIError(f"{where}: give a .toml or a .json file")
+    load, malformed, name = loader
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CLIError(f"{where}: cannot read it: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        table = load(text)
+    except malformed as exc:
+        raise CLIError(f"{where}: not valid {name}: {exc}") from None
+    if not isinstance(table, dict):
+        raise CLIError(f"{where}: expected a table of option = value, got {type(table).__name__}")
+    actions = _file_actions(parser, exclude)
+    values: dict[str, Any] = {}
+    given: dict[str, str] = {}
+    for key, value in table.items():
+        name = str(key).lstrip("-").replace("-", "_")
+        action = actions.get(name)
+        if name in exclude:
+            raise CLIError(f"{where}: {key} cannot be given in the file")
+        if action is None:
+            close = difflib.get_close_matches(name, list(actions), n=1)
+            hint = f" (did you mean {close[0]}?)" if close else " (its keys are the option names of --help)"
+            raise CLIError(f"{where}: no option {key!r}{hint}")
+        if action.dest in given:
+            raise CLIError(f"{where}: {key} and {given[action.dest]} are the same option: give it once")
+        given[action.dest] = str(key)
+        try:
+            values[action.dest] = _file_value(action, name, value)
+        except argparse.ArgumentTypeError as exc:
+            raise CLIError(f"{where}: {key}: {exc}") from None
+    return values
+
+
+def parse_with_file(parser: argparse.ArgumentParser, argv: Sequence[str] | None, dest: str) -> argparse.Namespace:
+    """Parse ``argv``; when the option ``dest`` names a file, its options (:func:`read_options_file`) become the
+    parser's defaults and ``argv`` is parsed again, so that a flag on the command line wins over the file.
+    A bad file ends the program as a bad flag does (``parser.error``: one line, exit code 2)."""
+    namespace = parser.parse_args(argv)
+    path = getattr(namespace, dest, None)
+    if path is None:
+        return namespace
+    flag = next((a.option_strings[0] for a in parser._actions if a.dest == dest), dest)
+    try:
+        values = read_options_file(path, parser, exclude=(dest,), what=f"{flag} {path}")
+    except CLIError as exc:
+        parser.error(str(exc))
+    parser.set_defaults(**values)
+    return parser.parse_args(argv)

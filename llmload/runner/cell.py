@@ -20,12 +20,15 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from llmload.core.cliargs import to_argv
 from llmload.core.metrics import SLO, RequestResult, RunSummary, summarize
 from llmload.core.paths import REPO_ROOT
 from llmload.core.rawlog import read_results
 from llmload.core.points import TRACE_PHASE
 from llmload.core.runfiles import Cell, CellFiles, append_cell
+from llmload.loadgen.options import LoadSettings
 from llmload.runner.interrupts import StopSignal
 from llmload.runner.options import LOCUST_STOP_TIMEOUT_S
 from llmload.tasks import get_task
@@ -41,7 +44,7 @@ POLL_S = 0.1
 
 @dataclass(frozen=True)
 class LoadOptions:
-    """What every cell of a run asks for (from the command line: the defaults live in :mod:`.options`)."""
+    """What every cell of a run asks for (from the runner's settings: the defaults live in :mod:`.options`)."""
 
     api: str
     requests: int
@@ -55,7 +58,7 @@ class LoadOptions:
     monitor_interval: float = 0.5
     cancel_rate: float = 0.0  # --cancel-rate, with cancel_after (--cancel-after)
     cancel_after: str = ""
-    trace: tuple[str, ...] = ()  # the load generator's options of a trace cell (--trace FILE ...)
+    trace: tuple[tuple[str, Any], ...] = ()  # the load generator's options of a trace cell: (field, value) pairs
 
     def requests_for(self, cell: Cell) -> int:
         """Requests a cell sends: its own count (a capacity step's later look), else ``--requests``, and at least
@@ -81,34 +84,39 @@ class CellRunner:
         self.datasets = datasets
         self.stop = stop or StopSignal()
 
-    def command(self, cell: Cell, base_url: str) -> list[str]:
-        """The Locust command line of ``cell`` against ``base_url``."""
+    def given(self, cell: Cell) -> dict[str, Any]:
+        """The load generator's options ``cell`` gives (:class:`LoadSettings` field: value), in the order its
+        command line says them; whatever a cell leaves out is the load generator's default."""
         o = self.options
-        users = cell.concurrency
-        cmd = [sys.executable, "-m", "locust", "-f", str(get_task(cell.task).locustfile), "--headless",
-               "-u", str(users), "-r", str(users), "-H", base_url, "--csv", str(self.run_dir / cell.prefix),
-               "--only-summary", "--loglevel", "WARNING", "-t", f"{int(o.cell_timeout)}s",
-               "--stop-timeout", str(LOCUST_STOP_TIMEOUT_S), "--mode", cell.mode, "--api", o.api,
-               "--temperature", "0"]
+        given: dict[str, Any] = {"mode": cell.mode, "api": o.api, "temperature": 0.0}
         if cell.phase == TRACE_PHASE:  # the trace gives the requests, their times, prompts and lengths
-            cmd += list(o.trace)
+            given.update(o.trace)
         else:
-            cmd += ["--requests", str(o.requests_for(cell)), "--dataset", str(self.datasets[cell.task])]
+            given.update(requests=o.requests_for(cell), dataset=str(self.datasets[cell.task]))
             if o.max_tokens:
-                cmd += ["--max-tokens", str(o.max_tokens), "--ignore-eos"]
+                given.update(max_tokens=o.max_tokens, ignore_eos=True)
         if cell.rate is not None:
-            cmd += ["--rate", f"{cell.rate:g}", "--arrival", o.arrival, "--seed", str(o.seed)]
+            given.update(rate=cell.rate, arrival=o.arrival, seed=o.seed)
             if o.burstiness is not None:
-                cmd += ["--burstiness", f"{o.burstiness:g}"]
+                given["burstiness"] = o.burstiness
         if o.warmup:
-            cmd += ["--warmup", str(o.warmup)]
+            given["warmup"] = o.warmup
         if o.slo is not None:
-            cmd += ["--slo", o.slo.argument()]  # the load generator judges each request (slo_ok)
+            given["slo"] = o.slo  # the load generator judges each request (slo_ok)
         if o.cancel_rate:
-            cmd += ["--cancel-rate", f"{o.cancel_rate:g}", "--cancel-after", o.cancel_after]
-            if cell.rate is None and cell.phase != TRACE_PHASE:  # open-loop and trace cells pass it already
-                cmd += ["--seed", str(o.seed)]
-        return cmd
+            given.update(cancel_rate=o.cancel_rate, cancel_after=o.cancel_after, seed=o.seed)
+        return given
+
+    def command(self, cell: Cell, base_url: str) -> list[str]:
+        """The Locust command line of ``cell`` against ``base_url``: Locust's own options, then the load
+        generator's, said by their declarations (:func:`~llmload.core.cliargs.to_argv`)."""
+        users = cell.concurrency
+        given = self.given(cell)
+        settings = LoadSettings(**given)
+        return [sys.executable, "-m", "locust", "-f", str(get_task(cell.task).locustfile), "--headless",
+                "-u", str(users), "-r", str(users), "-H", base_url, "--csv", str(self.run_dir / cell.prefix),
+                "--only-summary", "--loglevel", "WARNING", "-t", f"{int(self.options.cell_timeout)}s",
+                "--stop-timeout", str(LOCUST_STOP_TIMEOUT_S), *to_argv(settings, list(given))]
 
     def run(self, cell: Cell, target: RunningTarget, announce: str = "") -> CellResult:
         """Run ``cell`` against ``target`` and record it (``running``, then its outcome) in ``cells.jsonl``.

@@ -13,27 +13,25 @@ into ``report/`` (also after an interrupt, with what was measured).
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import shlex
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
-from llmload.core.cliargs import flag_of, from_namespace, option_fields
 from llmload.core.model_store import ModelNotAvailable, is_default_model, resolve_model, served_model_name
 from llmload.core.paths import RESULTS_DIR, dataset_path
 from llmload.core.points import Point
 from llmload.core.runfiles import Cell, append_capacity, append_cell, write_manifest
 from llmload.core.sequential import Budget
-from llmload.loadgen.options import TRACE_SHAPING, LoadSettings
+from llmload.loadgen.options import TRACE_SHAPING
 from llmload.runner.capacity import CapacitySearch, look_of, search_cells
 from llmload.runner.cell import CellResult, CellRunner, LoadOptions
 from llmload.runner.convergence import HEADLINE, MIN_REPEATS, converged, half_widths, widths_text
 from llmload.runner.interrupts import Interrupted, StopSignal
 from llmload.runner.manifest import git_commit, machine, versions
-from llmload.runner.options import step_requests
+from llmload.runner.options import RunnerSettings, step_requests
 from llmload.runner.plan import Plan
 from llmload.runner.progress import Progress, cell_label, figures
 from llmload.runner.schedule import Job, Order
@@ -49,47 +47,41 @@ class RunnerError(RuntimeError):
     """A setting or precondition that stops the run before it starts (one clear line)."""
 
 
-def load_options(args: argparse.Namespace) -> LoadOptions:
-    return LoadOptions(api=args.api, requests=args.requests, max_tokens=args.max_tokens, warmup=args.warmup,
-                       arrival=args.arrival, burstiness=args.burstiness, seed=args.seed, slo=args.slo,
-                       cell_timeout=args.cell_timeout, cancel_rate=args.cancel_rate, cancel_after=args.cancel_after,
-                       trace=trace_options(args))
+def load_options(s: RunnerSettings) -> LoadOptions:
+    return LoadOptions(api=s.api, requests=s.requests, max_tokens=s.max_tokens, warmup=s.warmup, arrival=s.arrival,
+                       burstiness=s.burstiness, seed=s.seed, slo=s.slo, cell_timeout=s.cell_timeout,
+                       cancel_rate=s.cancel_rate, cancel_after=s.cancel_after, trace=trace_options(s))
 
 
-def trace_options(args: argparse.Namespace) -> tuple[str, ...]:
-    """The load generator's options of a trace cell: the trace, its window and scale, the model's tokenizer and
-    context (prompts built to the lengths in the served model's tokens)."""
-    if not getattr(args, "trace", None):
+def trace_options(s: RunnerSettings) -> tuple[tuple[str, object], ...]:
+    """The load generator's options of a trace cell (:class:`LoadSettings` field, value): the trace, its window
+    and scale, the model's tokenizer and context (prompts built to the lengths in the served model's tokens)."""
+    if not s.trace:
         return ()
-    options = ["--trace", str(Path(args.trace).resolve())]
-    for f in (f for f in option_fields(LoadSettings) if f.name in TRACE_SHAPING):
-        value = getattr(args, f.name)  # defaults too: no LOCUST_LLM_* variable reaches the cell instead
-        if value != "":  # no --trace-format: told from the file
-            options += [flag_of(f), f"{value:g}" if isinstance(value, float) else str(value)]
-    options += ["--max-model-len", str(args.max_model_len), "--seed", str(args.seed)]
-    if not is_default_model(args.model):
-        options += ["--tokenizer", args.model]
-    return tuple(options)
+    # the shaping's defaults too: no LOCUST_LLM_* variable reaches the cell instead (no --trace-format: "")
+    return (("trace", str(Path(s.trace).resolve())), *((name, getattr(s, name)) for name in TRACE_SHAPING),
+            ("max_model_len", s.target.max_model_len), ("seed", s.seed),
+            *((("tokenizer", s.target.model),) if not is_default_model(s.target.model) else ()))
 
 
 class Runner:
-    """Runs the matrix for resolved arguments (:func:`llmload.runner.options.resolve`); ``run()`` -> exit code."""
+    """Runs the matrix for resolved settings (:func:`llmload.runner.options.resolve`); ``run()`` -> exit code."""
 
-    def __init__(self, args: argparse.Namespace, stop: StopSignal | None = None):
-        self.args = args
-        self.targets: list[Target] = list(args.servers)
+    def __init__(self, settings: RunnerSettings, stop: StopSignal | None = None):
+        self.options = settings
+        self.targets: list[Target] = list(settings.servers)
         self.kinds = {t.name: get_kind(t.kind) for t in self.targets}
-        self.plan = Plan.from_args(args)
+        self.plan = Plan.from_settings(settings)
         self.stop = stop or StopSignal()
         stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        self.run_dir = Path(args.out or RESULTS_DIR / stamp)
+        self.run_dir = Path(settings.out or RESULTS_DIR / stamp)
         self.settings = TargetSettings()
         self.model_path: str | None = None
         self.datasets: dict[str, Path] = {}
         self.cells: CellRunner | None = None
         self.progress = Progress(self.plan.cells_per_server() * len(self.targets), len(self.targets))
         self.pool: ServerPool | None = None
-        self.order = Order(args.order, args.order_seed)
+        self.order = Order(settings.order, settings.order_seed)
         self.memory: dict = {}
         self.sequence: list[dict] = []  # the cells in the order they ran (run.json)
         self.convergence: list[dict] = []  # --target-ci: each level's outcome (run.json)
@@ -103,17 +95,17 @@ class Runner:
 
     def prepare(self) -> None:
         """Materialise the model and build missing prompt sets (the model only when a server needs one)."""
-        args = self.args
+        args = self.options
         needs_model = any(self.kinds[t.name].needs_model and not t.url and not self.kinds[t.name].external
                           for t in self.targets)
         try:
-            self.model_path = resolve_model(args.model) if needs_model else args.model
+            self.model_path = resolve_model(args.target.model) if needs_model else args.target.model
             if needs_model:
                 check_local_model(self.model_path)
         except (ModelNotAvailable, FileNotFoundError) as exc:
             raise RunnerError(f"model: {exc}") from None
-        self.settings = from_namespace(TargetSettings, args, model=self.model_path,
-                                       served_model_name=served_model_name(args.model))
+        self.settings = replace(args.target, model=self.model_path,
+                                served_model_name=served_model_name(args.target.model))
         paths = {task: dataset_path(task, args.data_dir) for task in self.plan.tasks}
         if not self.plan.needs_datasets:
             self.datasets = {}  # only the trace's level: it brings its own prompts
@@ -122,7 +114,7 @@ class Runner:
         else:
             try:
                 self.datasets = ensure_datasets(list(self.plan.tasks), data_dir=args.data_dir, model=self.model_path,
-                                                max_model_len=args.max_model_len)
+                                                max_model_len=args.target.max_model_len)
             except DatasetError as exc:
                 raise RunnerError(f"prompt sets: {exc}") from None
         self.cells = CellRunner(self.run_dir, load_options(args), self.datasets, self.stop)
@@ -134,13 +126,11 @@ class Runner:
                        "available_gib": round(room + RESERVE_GIB, 1), "reserve_gib": RESERVE_GIB, "all_up": fit}
 
     def manifest(self) -> dict:
-        args = self.args
-        settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
-                    if k not in ("servers", "slo")}
+        args = self.options
         return {
             "started": dt.datetime.now().isoformat(timespec="seconds"),
             "command": " ".join(["python -m llmload.runner"] + [shlex.quote(a) for a in sys.argv[1:]]),
-            "settings": settings,
+            "settings": args.record(),
             "servers": [{**asdict(t), "prefix_caching": self.kinds[t.name].prefix_caching} for t in self.targets],
             "baseline": args.baseline,
             "slo": args.slo.to_dict() if args.slo else None, "slo_target": args.slo_target,
@@ -152,7 +142,7 @@ class Runner:
 
     def write_manifest(self) -> None:
         """``run.json`` with the order so far: the cells run, and each level's --target-ci outcome."""
-        order = {**asdict(self.order), "description": self.order.describe(), "max_servers_up": self.args.max_servers_up,
+        order = {**asdict(self.order), "description": self.order.describe(), "max_servers_up": self.options.max_servers_up,
                  "memory": self.memory, "server_starts": self.pool.starts if self.pool else 0, "cells": self.sequence}
         info = {**self.info, "order": order}
         if self.plan.target_ci is not None:
@@ -175,7 +165,7 @@ class Runner:
                    "; servers started in turn, as memory allows")
         return (f"run folder: {self.run_dir}\nmatrix: {len(self.targets)} server(s) x {len(p.tasks)} task(s) x "
                 f"{len(p.modes)} mode(s) x {levels} level(s){repeats}"
-                + (f" + trace {self.args.trace} (under {p.tasks[0]})" if p.trace else "")
+                + (f" + trace {self.options.trace} (under {p.tasks[0]})" if p.trace else "")
                 + (" + saturation run" if p.searches else "")
                 + (f" + {p.sweep}-rate sweep" if p.sweep else "")
                 + (f" + capacity search (at most {p.capacity_steps} steps of {p.capacity_looks} looks)"
@@ -203,9 +193,9 @@ class Runner:
             if self.info:
                 with self.stop.deferred():
                     self.write_manifest()
-        code = 1 if self.failed_any and self.args.on_error == "stop" else 0
+        code = 1 if self.failed_any and self.options.on_error == "stop" else 0
         with self.stop.deferred():
-            if self.recorded and not self.args.no_report:
+            if self.recorded and not self.options.no_report:
                 code = max(code, self.report())
         if interrupted is None and self.stop.requested:  # arrived while the report was being made
             interrupted = Interrupted(self.stop.signum)
@@ -218,7 +208,7 @@ class Runner:
 
     def report(self) -> int:
         """Merge the run folder into ``report/``; 0, or 1 when the merge failed (the measurements stay)."""
-        baseline = self.args.baseline if self.args.baseline in self.recorded_servers else None  # None: run.json's
+        baseline = self.options.baseline if self.options.baseline in self.recorded_servers else None  # None: run.json's
         try:
             path = merge_run(self.run_dir, baseline=baseline)
         except Exception as exc:  # noqa: BLE001 - the run's files are kept; say why and how to retry
@@ -283,7 +273,7 @@ class Runner:
 
     def capacity_steps(self, server: str, task: str, mode: str, saturation: float):
         """The capacity search's cells; the search (finished or not) is appended to ``capacity.jsonl``."""
-        plan, args = self.plan, self.args
+        plan, args = self.plan, self.options
         sizes = step_requests(args.requests, plan.capacity_looks)
         search = CapacitySearch(saturation, args.slo_target, Budget(plan.capacity_steps, plan.capacity_looks),
                                 args.max_lag * 1000.0)
@@ -377,7 +367,7 @@ class Runner:
         label = f"{self.progress.counter()} {cell_label(cell, self.plan.max_repeats)}"
         self.progress.cell_done(None)
         print(f"{label}: skipped ({why}); {self.progress.left_text()}", flush=True)
-        if self.args.on_error == "stop":
+        if self.options.on_error == "stop":
             self.halted = True
 
     def run_cell(self, cell: Cell, running: RunningTarget) -> CellResult | None:
@@ -396,10 +386,10 @@ class Runner:
             append_cell(self.run_dir, cell)
         self.note(cell)
         self.progress.cell_done(cell.wall_s)
-        print(f"{figures(cell, result.summary, self.args.throughput_only)}; {self.progress.left_text()}", flush=True)
+        print(f"{figures(cell, result.summary, self.options.throughput_only)}; {self.progress.left_text()}", flush=True)
         if cell.status == "failed":
             self.failed_any = True
-            if self.args.on_error == "stop":
+            if self.options.on_error == "stop":
                 self.halted = True
         self.stop.check()
         return result

@@ -14,11 +14,14 @@ Cell file prefixes, relative to the run folder:
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from llmload.core.points import TRACE_PHASE, Load, Point
 from llmload.core.runfiles import Cell
+
+if TYPE_CHECKING:  # for the annotation only: a plan needs none of the options' imports
+    from llmload.runner.options import RunnerSettings
 
 
 def round_rate(rate: float) -> float:
@@ -43,7 +46,7 @@ def cell_prefix(point: Point, repeat: int = 0, repeats: int = 1) -> str:
 
 @dataclass(frozen=True)
 class Plan:
-    """The load levels of a run, the same for every server (from the command line: :meth:`from_args`)."""
+    """The load levels of a run, the same for every server (from the runner's settings: :meth:`from_settings`)."""
 
     tasks: tuple[str, ...]
     modes: tuple[str, ...]
@@ -60,13 +63,13 @@ class Plan:
     trace: bool = False  # a --trace level (under the first task, at most pool requests in flight)
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace) -> "Plan":
-        return cls(tasks=tuple(args.tasks), modes=tuple(args.modes), concurrency=tuple(args.concurrency),
-                   rates=tuple(round_rate(r) for r in args.rates or ()), repeat=args.repeat, pool=args.pool,
-                   sweep=args.sweep or 0, find_capacity=args.find_capacity, capacity_steps=args.capacity_steps,
-                   capacity_looks=args.capacity_looks, target_ci=args.target_ci,
-                   max_repeats=args.max_repeats if args.target_ci is not None else args.repeat,
-                   trace=bool(getattr(args, "trace", None)))
+    def from_settings(cls, s: "RunnerSettings") -> "Plan":
+        """The plan of resolved settings (:func:`llmload.runner.options.resolve`)."""
+        return cls(tasks=tuple(s.tasks), modes=tuple(s.modes), concurrency=tuple(s.concurrency),
+                   rates=tuple(round_rate(r) for r in s.rates or ()), repeat=s.repeat, pool=s.pool,
+                   sweep=s.sweep or 0, find_capacity=s.find_capacity, capacity_steps=s.capacity_steps,
+                   capacity_looks=s.capacity_looks, target_ci=s.target_ci,
+                   max_repeats=s.max_repeats if s.target_ci is not None else s.repeat, trace=bool(s.trace))
 
     @property
     def searches(self) -> bool:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
+from llmload.core.cliargs import CLIError, option
 from llmload.core.runfiles import DEFAULT_BASELINE
 from llmload.core.services import ServiceError
 from llmload.targets.base import Target, TargetKind
@@ -35,7 +37,10 @@ for _kind in (
 #: Short names accepted wherever a server kind is named.
 ALIASES = {"basic": "basic-naive", "naive": "basic-naive", "batched": "basic-batched",
            "batched-plain": "basic-batched-plain"}
-__all__ = ["ALIASES", "DEFAULT_BASELINE", "KINDS", "get_kind", "parse_targets", "register", "targets_type"]
+#: The servers a comparison runs when ``--servers`` is not given (the runner's and the benchmarks').
+DEFAULT_SERVERS = "basic-naive,basic-batched,vllm"
+__all__ = ["ALIASES", "DEFAULT_BASELINE", "DEFAULT_SERVERS", "KINDS", "ServerSelection", "choose_servers",
+           "get_kind", "parse_targets", "register", "targets_type"]
 
 
 def get_kind(name: str) -> TargetKind:
@@ -77,3 +82,29 @@ def targets_type(text: str) -> list[Target]:
         return parse_targets(text)
     except ServiceError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+@dataclass(frozen=True)
+class ServerSelection:
+    """``--servers`` and ``--baseline``, declared once for every program that compares servers (the runner, the
+    benchmarks); :func:`choose_servers` reads them."""
+
+    servers: list[Target] | None = option(
+        None, lambda: f"comma list of server kinds to start ({', '.join(k for k in KINDS if k != 'url')}; aliases "
+        f"{', '.join(ALIASES)}), NAME=KIND to start a kind under another name, or NAME=URL for a server already "
+        f"running (default: {DEFAULT_SERVERS})", type=targets_type, metavar="LIST")
+    baseline: str | None = option(
+        None, f"the server every ratio is taken against, baseline / server (default: {DEFAULT_BASELINE}, when it "
+        "is among --servers)", metavar="NAME")
+
+
+def choose_servers(servers: list[Target] | None, baseline: str | None) -> tuple[list[Target], str | None]:
+    """The servers (:data:`DEFAULT_SERVERS` when none are given) and the baseline (:data:`DEFAULT_BASELINE` when
+    it is among them, else None). Raises :class:`CLIError` for a baseline that is not among them."""
+    targets = list(servers) if servers else parse_targets(DEFAULT_SERVERS)
+    names = [t.name for t in targets]
+    if baseline is None:
+        return targets, DEFAULT_BASELINE if DEFAULT_BASELINE in names else None
+    if baseline not in names:
+        raise CLIError(f"--baseline {baseline} is not among --servers ({', '.join(names)})")
+    return targets, baseline

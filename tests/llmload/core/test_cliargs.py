@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import configargparse
 import pytest
@@ -121,3 +122,97 @@ def test_another_program_declares_chosen_options_once_on_a_plain_parser():
         parser.parse_args(["--cancel-rate", "2"])
     with pytest.raises(ValueError, match="declares no option nope"):
         add_options(argparse.ArgumentParser(), LoadSettings, names=("nope",))
+
+
+@dataclass(frozen=True)
+class Levels:
+    """Lists, an alias, a switch on, a borrowed option with a default of its own, a typed value with argument()."""
+
+    levels: list[int] | None = option(None, "levels", aliases=("--parallel",), type=cliargs.int_list, metavar="LIST")
+    quick: bool = option(False, "a switch", action="store_true")
+    workers: int | None = cliargs.borrow(Small, "workers", default=None, note="; here: per level")
+    cache: bool = cliargs.borrow(Small, "cache")
+    slo: object = option(None, "targets", type=cliargs.slo, metavar="KEY=MS")
+    rate: float = option(0.0, "a rate", type=float)
+
+
+def test_aliases_borrowed_declarations_and_settings_said_back_as_flags():
+    parser = OneLineParser(prog="x")
+    add_options(parser, Levels)
+    actions = {a.dest: a for a in parser._actions}
+    assert actions["levels"].option_strings == ["--levels", "--parallel"]
+    # the borrowed field: Small's flag, type, metavar and help, a default and a note of its own
+    assert (actions["workers"].option_strings, actions["workers"].metavar, actions["workers"].default) == (
+        ["--workers"], "N", None)
+    assert actions["workers"].help == "worker count; here: per level"
+    assert actions["cache"].option_strings == ["--no-cache"] and actions["cache"].default is True
+    parsed = from_namespace(Levels, parser.parse_args(["--parallel", "1,4", "--quick", "--workers", "3",
+                                                       "--no-cache", "--slo", "ttft=500", "--rate", "0.25"]))
+    assert parsed.levels == [1, 4] and parsed.quick and parsed.workers == 3 and not parsed.cache
+    argv = cliargs.to_argv(parsed)
+    assert argv == ["--levels", "1,4", "--quick", "--workers", "3", "--no-cache", "--slo", "ttft=500",
+                    "--rate", "0.25"]
+    assert from_namespace(Levels, parser.parse_args(argv)) == parsed  # said back, read again: the same
+    assert cliargs.to_argv(Levels()) == [] and cliargs.to_argv(Levels(rate=2.0), ["rate", "quick", "slo"]) == [
+        "--rate", "2"]  # a switch off and None say nothing
+    assert [cliargs.argument_text(v) for v in (0.1 + 0.2, 1e-7, 3.0, [1.5, 2])] == [
+        "0.30000000000000004", "1e-07", "3", "1.5,2"]  # numbers exactly, as short as that allows
+
+
+def options_file(tmp_path, name: str, text: str):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_an_options_file_gives_values_with_the_flags_types(tmp_path):
+    parser = OneLineParser(prog="x")
+    add_options(parser, Levels)
+    add_options(parser, Small, names=("mode", "wait_s", "label"))  # workers and cache: Levels borrows them
+    toml = options_file(tmp_path, "s.toml", 'parallel = [2, 8]\nquick = true\nno-cache = true\nslo = {ttft = 500, '
+                                             'e2e = "4s"}\nrate = 1.5\nmode = "slow"\nwait = "2"\n')
+    values = cliargs.read_options_file(toml, parser)
+    assert values["levels"] == [2, 8] and values["quick"] is True and values["cache"] is False
+    assert values["slo"].argument() == "ttft=500,e2e=4000" and values["rate"] == 1.5
+    assert (values["mode"], values["wait_s"]) == ("slow", 2.0)
+    as_json = options_file(tmp_path, "s.json", '{"levels": "2,8", "quick": "yes", "cache": false, "rate": 1.5}')
+    assert cliargs.read_options_file(as_json, parser) == {"levels": [2, 8], "quick": True, "cache": False,
+                                                          "rate": 1.5}
+    # the command line wins over the file; what it leaves out the file gives
+    given = options_file(tmp_path, "g.toml", 'rate = 3\nlevels = [5]\nlabel = "from-file"\n')
+    parser.add_argument("--settings", type=Path, default=None)
+    ns = cliargs.parse_with_file(parser, ["--settings", str(given), "--rate", "4"], "settings")
+    assert (ns.rate, ns.levels, ns.label) == (4.0, [5], "from-file")
+
+
+@pytest.mark.parametrize("text, name, line", [
+    ("rates = 3\n", "s.toml", "s.toml: no option 'rates' (did you mean rate?)"),
+    ("zzz = 3\n", "s.toml", "s.toml: no option 'zzz' (its keys are the option names of --help)"),
+    ("workers = 0\n", "s.toml", "s.toml: workers: '0' is not an integer >= 1"),
+    ("mode = 'medium'\n", "s.toml", "s.toml: mode: 'medium' is not one of fast, slow"),
+    ("levels = [1, 0]\n", "s.toml", "s.toml: levels: '0' is not an integer >= 1 (in '1,0')"),
+    ("quick = 'maybe'\n", "s.toml", "s.toml: quick: 'maybe' is not an on/off value"),
+    ("rate = 'fast'\n", "s.toml", "s.toml: rate: could not convert string to float: 'fast'"),
+    ("rate = [[1]]\n", "s.toml", "s.toml: rate: [[1]] is not a value a flag takes"),
+    ("levels = [1]\nparallel = [2]\n", "s.toml", "s.toml: parallel and levels are the same option: give it once"),
+    ("rate = \n", "s.toml", "s.toml: not valid TOML: "),
+    ('{"rate": null}', "s.json", "s.json: rate: null is no value (leave the key out for the default)"),
+    ('[1, 2]', "s.json", "s.json: expected a table of option = value, got list"),
+    ('{"rate": ', "s.json", "s.json: not valid JSON: "),
+    ("rate: 1\n", "s.yaml", "s.yaml: give a .toml or a .json file"),
+])
+def test_a_bad_options_file_is_one_line_naming_file_and_key(tmp_path, capsys, text, name, line):
+    parser = OneLineParser(prog="x")
+    add_options(parser, Levels)
+    add_options(parser, Small, names=("mode",))
+    parser.add_argument("--settings", type=Path, default=None)
+    path = options_file(tmp_path, name, text)
+    with pytest.raises(SystemExit) as stop:
+        cliargs.parse_with_file(parser, ["--settings", str(path)], "settings")
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith(f"error: --settings {tmp_path / line}"), err
+    with pytest.raises(SystemExit):
+        cliargs.parse_with_file(parser, ["--settings", str(tmp_path / "missing.toml")], "settings")
+    assert capsys.readouterr().err.startswith(f"error: --settings {tmp_path / 'missing.toml'}: cannot read it: No "
+                                              "such file")

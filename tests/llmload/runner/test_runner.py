@@ -14,7 +14,7 @@ from llmload.core.runfiles import read_cells
 from llmload.core.services import ServiceProcess, free_port, local_url
 from llmload.runner.convergence import half_widths
 from llmload.runner.matrix import Runner
-from llmload.runner.options import build_parser, resolve
+from llmload.runner.options import build_parser, parse_settings
 from llmload.targets import KINDS, register
 from llmload.targets.basic import basic_server_command
 from prompt_sets import make_data
@@ -84,10 +84,10 @@ def test_a_registered_fake_kind_runs_a_cell_through_the_runner(tmp_path, capsys)
     register(RenamedMock())
     try:
         data = make_data(tmp_path / "data")
-        args = resolve(parser.parse_args([
+        args = parse_settings([
             "--servers", "renamed-mock,twin=renamed-mock", "--baseline", "twin", "--tasks", "qa", "--modes",
             "stream", "--concurrency", "2", "--requests", "4", "--max-tokens", "5", "--mock-ttft-ms", "30",
-            "--mock-itl-ms", "5", "--repeat", "1", "--data-dir", str(data), "--out", str(tmp_path / "run")]), parser)
+            "--mock-itl-ms", "5", "--repeat", "1", "--data-dir", str(data), "--out", str(tmp_path / "run")], parser)
         code = Runner(args).run()
     finally:
         KINDS.pop(RenamedMock.name, None)

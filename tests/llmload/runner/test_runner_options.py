@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import argparse
+from dataclasses import replace
+from pathlib import Path
+
 import pytest
 
+from llmload.core.cliargs import CLIError, add_options, option_fields, to_argv
 from llmload.core.metrics import SLO
+from llmload.loadgen.options import LoadSettings
 from llmload.runner.cli import parse_args
-from llmload.runner.options import build_parser, resolve
+from llmload.runner.options import (FULL, GROUPS, PROFILES, QUICK, RunnerSettings, add_runner_options, build_parser,
+                                    parse_settings, resolve)
+from llmload.targets import TargetSettings, parse_targets
 from llmload.tasks import default_task_names, task_names
 from runner_helpers import run_runner
 
@@ -98,9 +106,8 @@ def test_bad_input_is_one_line_naming_the_option(argv, expected, capsys):
 
 
 def resolved(argv: list[str]):
-    """The options as the runner resolves them, without asking the load generator for its flags (a process)."""
-    parser = build_parser()
-    return resolve(parser.parse_args(argv), parser)
+    """The settings as the runner resolves them."""
+    return parse_settings(argv)
 
 
 @pytest.mark.unit
@@ -179,3 +186,119 @@ def test_a_trace_is_one_more_level_and_a_bad_one_is_one_line(tmp_path, capsys):
         "error: --time-scale shapes a trace replay: give --trace FILE too")
     assert error_of(["--servers", "mock", "--trace", str(tmp_path / "none.jsonl")], capsys).startswith(
         f"error: {tmp_path / 'none.jsonl'}: cannot read the trace: No such file")
+
+
+def scenario(tmp_path, text: str, name: str = "s.toml") -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.unit
+def test_a_scenario_file_gives_options_as_flags_would_and_the_command_line_wins(tmp_path):
+    path = scenario(tmp_path, 'servers = "a=mock,b=mock"\nbaseline = "b"\ntasks = ["qa"]\nparallel = [1, 2]\n'
+                              'requests = 6\nmax-tokens = 8\nslo = {ttft = 500, e2e = "4s"}\n'
+                              'price_per_hour = {a = 0.4}\n'
+                              'max_num_seqs = 4\nno_report = true\nrepeat = 2\n')
+    s = parse_settings(["--scenario", path, "--requests", "9"])
+    flags = parse_settings(["--servers", "a=mock,b=mock", "--baseline", "b", "--tasks", "qa", "--concurrency", "1,2",
+                            "--requests", "9", "--max-tokens", "8", "--slo", "ttft=500,e2e=4s", "--price-per-hour",
+                            "a=0.4", "--max-num-seqs", "4", "--no-report", "--repeat", "2"])
+    assert s == RunnerSettings(**{**vars(flags), "scenario": Path(path)})  # the same settings, typed alike
+    assert (s.requests, s.max_tokens, s.target.max_num_seqs, s.repeat, s.target_ci) == (9, 8, 4, 2, None)
+    # a scenario's values count as given: --repeat in it replaces the profile's repeats, as the flag does
+    quick = parse_settings(["--scenario", scenario(tmp_path, '{"quick": true, "servers": "mock"}', "q.json")])
+    assert quick == replace(parse_settings(["--quick", "--servers", "mock"]), scenario=tmp_path / "q.json")
+    assert parse_settings(["--scenario", path, "--baseline", "a"]).baseline == "a"
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("text, line", [
+    ("reqests = 4\n", "no option 'reqests' (did you mean requests?)"),
+    ("requests = 0\n", "requests: '0' is not an integer >= 1"),
+    ("tasks = ['poetry']\n", f"tasks: 'poetry' is not one of {', '.join(task_names())} (in 'poetry')"),
+    ("concurrency = [1, 'x']\n", "concurrency: 'x' is not an integer >= 1 (in '1,x')"),
+    ("servers = 'tgi'\n", "servers: unknown server 'tgi'"),
+    ("slo = {ttfx = 5}\n", "slo: 'ttfx=5' is not KEY=MS"),
+    ("find_capacity = 'maybe'\n", "find_capacity: 'maybe' is not an on/off value"),
+    ("arrival = 'weibull'\n", "arrival: 'weibull' is not one of constant, poisson, gamma"),
+    ("target-ci = 100\n", "target-ci: '100' is not a percentage > 0 and < 100"),
+    ("scenario = 'other.toml'\n", "scenario cannot be given in the file"),
+    ("requests = \n", "not valid TOML: "),
+])
+def test_a_bad_scenario_is_one_line_naming_its_file_and_key(tmp_path, capsys, text, line):
+    path = scenario(tmp_path, text)
+    assert error_of(["--scenario", path], capsys).startswith(f"error: --scenario {path}: {line}")
+
+
+@pytest.mark.unit
+def test_a_scenarios_values_meet_the_same_checks_across_options(tmp_path, capsys):
+    path = scenario(tmp_path, "warmup = 9\nrequests = 8\n")
+    assert error_of(["--scenario", path], capsys) == "error: --warmup 9 must be smaller than --requests (8): at least " \
+                                                     "one request of each cell must be measured"
+    assert error_of(["--scenario", scenario(tmp_path, "find_capacity = true\n")], capsys).startswith(
+        "error: --find-capacity needs --slo")
+
+
+@pytest.mark.unit
+def test_profiles_name_only_options_left_unset_and_hold_values_their_flags_take():
+    """Every profile value is one of an option declared with a None default (so that 'not given' is seen), and
+    reads back through its own flag's type."""
+    declared = {f.name: f for f in option_fields(RunnerSettings)}
+    parser = build_parser()
+    for name, profile in PROFILES.items():
+        for key, value in profile.items():
+            assert key in declared and declared[key].default is None, (name, key)
+            if value is not None:
+                flags = to_argv(replace(RunnerSettings(), **{key: value}), [key])
+                assert getattr(parser.parse_args(flags), key) == value, (name, key, flags)
+    assert PROFILES["full"] is FULL and PROFILES["quick"] is QUICK
+
+
+@pytest.mark.unit
+def test_another_program_builds_the_settings_without_a_command_line_or_adds_the_options_to_its_own(capsys):
+    """What llmload tune needs: the settings built directly and resolved as the command line's are, and the
+    runner's option groups on a parser of its own."""
+    direct = resolve(RunnerSettings(servers=parse_targets("mock"), tasks=["qa"], rates=[2.0], requests=6,
+                                    slo=SLO(e2e=4.0)))
+    assert direct == parse_settings(["--servers", "mock", "--tasks", "qa", "--rates", "2", "--requests", "6",
+                                     "--slo", "e2e=4000"])
+    assert (direct.concurrency, direct.repeat, direct.pool, direct.max_tokens) == ([], 1, 6, 32)
+    with pytest.raises(CLIError, match="--find-capacity needs --slo"):
+        resolve(replace(direct, find_capacity=True, slo=None))
+    tuned = resolve(RunnerSettings(servers=parse_targets("vllm"), target=TargetSettings(max_num_seqs=16)))
+    assert tuned.target.max_num_seqs == 16 and tuned.record()["max_num_seqs"] == 16
+    parser = argparse.ArgumentParser(prog="tune")
+    parser.add_argument("--grid")
+    add_runner_options(parser, [g for g in GROUPS if g[0] != "the servers"])
+    ns = parser.parse_args(["--grid", "x", "--rates", "1,2", "--max-tokens", "4"])
+    settings = RunnerSettings.from_namespace(ns)
+    assert (settings.rates, settings.max_tokens, settings.target) == ([1.0, 2.0], 4, TargetSettings())
+    # run.json's settings: every option, by name, in --help's order
+    record = parse_settings(["--servers", "mock"]).record()
+    assert list(record) == [f.name for _, classes in GROUPS for cls in classes for f in option_fields(cls)
+                            if f.name not in ("servers", "slo")]
+    assert record["requests"] == 48 and record["model"] is None and record["scenario"] is None
+
+
+@pytest.mark.unit
+def test_options_shared_with_other_programs_are_their_declarations():
+    """--max-tokens, --api, --seed, --warmup, --slo and the cancellation are the load generator's, --servers and
+    --baseline the benchmarks' too: one flag, type and help each; the runner's own defaults come from its profile."""
+    from benchmarks.server_throughput import build_parser as bench_parser  # benchmarks: for this check only
+
+    def actions(parser):
+        return {a.dest: a for a in parser._actions}
+
+    runner, loadgen, bench = actions(build_parser()), argparse.ArgumentParser(), actions(bench_parser())
+    add_options(loadgen, LoadSettings, names=[f.name for f in option_fields(LoadSettings)])  # a plain parser
+    loadgen = actions(loadgen)
+    for name in ("max_tokens", "api", "seed", "warmup", "slo", "cancel_rate", "cancel_after"):
+        mine, theirs = runner[name], loadgen[name]
+        assert (mine.option_strings, mine.type, mine.metavar, mine.choices) == (
+            theirs.option_strings, theirs.type, theirs.metavar, theirs.choices), name
+        assert mine.help.startswith(theirs.help.split(" (default")[0]), name
+    assert (runner["max_tokens"].default, loadgen["max_tokens"].default) == (None, 0)  # the profile's: 32 or 16
+    for name in ("servers", "baseline"):
+        assert (runner[name].help, runner[name].type, runner[name].default) == (
+            bench[name].help, bench[name].type, bench[name].default)

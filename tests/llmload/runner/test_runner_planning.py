@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
-from argparse import Namespace
+import argparse
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
+from llmload.core.cliargs import add_options, option_fields, to_argv
 from llmload.core.metrics import SLO, RequestResult, summarize
+from llmload.loadgen.options import LoadSettings
 from llmload.core.points import Load, Point
 from llmload.core.runfiles import Cell
 from llmload.runner.cell import CellRunner, LoadOptions
 from llmload.runner import matrix
 from llmload.runner.cli import parse_args
 from llmload.runner.matrix import Runner
-from llmload.runner.options import step_requests
+from llmload.runner.options import RunnerSettings, step_requests
 from llmload.runner.plan import Plan, cell_prefix, round_rate, sweep_rates
 from llmload.runner.progress import Progress, cell_label, duration_text, figures
 from llmload.runner.schedule import Job, Order
@@ -32,7 +35,7 @@ def test_plan_cells_prefixes_and_counts():
     args = parse_args(["--servers", "mock", "--tasks", "qa", "--modes", "stream", "--concurrency", "1,4",
                        "--rates", "2.5", "--repeat", "2", "--sweep", "3", "--find-capacity", "--slo", "e2e=500",
                        "--pool", "6", "--capacity-steps", "5"])
-    plan = Plan.from_args(args)
+    plan = Plan.from_settings(args)
     cells = [plan.cell(point, k) for point in plan.points("mock", "qa", "stream") for k in range(plan.repeat)]
     assert [c.prefix for c in cells] == ["mock/qa_stream_c1_rep1", "mock/qa_stream_c1_rep2", "mock/qa_stream_c4_rep1",
                                          "mock/qa_stream_c4_rep2", "mock/qa_stream_r2.5_rep1",
@@ -48,7 +51,7 @@ def test_plan_cells_prefixes_and_counts():
     assert (look.prefix, look.repeat, look.requests, look.concurrency) == ("s/capacity/chat_sync_r3_look3", 2, 96, 6)
     assert step_requests(48, 5) == [48, 96, 192, 384, 768]
     # with --target-ci a level may repeat up to --max-repeats, so its files carry _rep even from the first
-    ci = Plan.from_args(parse_args(["--servers", "mock", "--concurrency", "2", "--target-ci", "10"]))
+    ci = Plan.from_settings(parse_args(["--servers", "mock", "--concurrency", "2", "--target-ci", "10"]))
     assert (ci.repeat, ci.max_repeats) == (1, 5)
     assert ci.cell(ci.points("mock", "qa", "stream")[0]).prefix == "mock/qa_stream_c2_rep1"
 
@@ -181,10 +184,9 @@ def test_target_ci_stops_a_level_once_converged_or_at_its_cap(monkeypatch, tmp_p
 
 @pytest.mark.unit
 def test_a_trace_level_runs_once_per_server_and_mode_under_the_first_task():
-    args = Namespace(tasks=["qa", "chat"], modes=["stream", "sync"], concurrency=[2], rates=None, repeat=1, pool=16,
-                     sweep=None, find_capacity=False, capacity_steps=6, capacity_looks=5, target_ci=None,
-                     max_repeats=None, trace="t.jsonl")
-    plan = Plan.from_args(args)
+    args = RunnerSettings(tasks=["qa", "chat"], modes=["stream", "sync"], concurrency=[2], repeat=1, pool=16,
+                          trace=Path("t.jsonl"))
+    plan = Plan.from_settings(args)
     cells = [plan.cell(p) for task, mode in plan.pairs() for p in plan.points("mock", task, mode)]
     traced = [c for c in cells if c.phase == "trace"]
     assert [(c.task, c.mode, c.prefix, c.point.label) for c in traced] == [
@@ -192,7 +194,7 @@ def test_a_trace_level_runs_once_per_server_and_mode_under_the_first_task():
         ("qa", "sync", "mock/trace/qa_sync_c16", "mock qa sync c16 trace")]
     assert cell_label(traced[0]) == "mock qa stream trace pool=16"
     assert plan.cells_per_server() == len(cells) == 6 and plan.needs_datasets
-    assert not Plan.from_args(Namespace(**{**vars(args), "concurrency": []})).needs_datasets
+    assert not Plan.from_settings(replace(args, concurrency=[])).needs_datasets
 
 
 @pytest.mark.unit
@@ -201,8 +203,34 @@ def test_a_trace_cell_runs_the_trace_not_the_prompt_set(tmp_path):
     trace.write_text('{"timestamp": 0, "input_length": 9, "output_length": 2}\n')
     args = parse_args(["--servers", "mock", "--trace", str(trace), "--time-scale", "2", "--pool", "5"])
     runner = CellRunner(tmp_path, matrix.load_options(args), {})
-    plan = Plan.from_args(args)
+    plan = Plan.from_settings(args)
     cmd = runner.command(plan.cell(plan.points("mock", "synthetic", "stream")[0]), "http://127.0.0.1:1")
     assert cmd[cmd.index("--trace") + 1] == str(trace.resolve()) and cmd[cmd.index("--time-scale") + 1] == "2"
     assert cmd[cmd.index("-u") + 1] == "5" and cmd[cmd.index("--max-model-len") + 1] == "2048"
     assert not {"--requests", "--dataset", "--max-tokens", "--rate", "--tokenizer"} & set(cmd)
+
+
+@pytest.mark.unit
+def test_a_cells_locust_command_says_its_load_settings_as_the_load_generator_reads_them(tmp_path):
+    """The load generator's half of every cell's command, read back by its own declarations, is the LoadSettings the
+    cell gives: closed, open, cancelling, SLO-judged and trace cells, each passing the load generator's checks."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 9, "output_length": 2}\n')
+    reader = argparse.ArgumentParser()
+    add_options(reader, LoadSettings, names=[f.name for f in option_fields(LoadSettings)])
+    for argv in (["--concurrency", "3", "--max-tokens", "0"],
+                 ["--rates", "2.5", "--arrival", "gamma", "--burstiness", "0.5", "--seed", "7", "--warmup", "1",
+                  "--slo", "ttft=500,e2e=4s"],
+                 ["--concurrency", "2", "--cancel-rate", "0.3", "--cancel-after", "ttft+1s", "--api", "completion"],
+                 ["--trace", str(trace), "--time-scale", "2", "--pool", "5", "--seed", "3"]):
+        args = parse_args(["--servers", "mock", "--tasks", "qa", *argv])
+        runner = CellRunner(tmp_path, matrix.load_options(args), {"qa": tmp_path / "qa.jsonl"})
+        plan = Plan.from_settings(args)
+        for cell in (plan.cell(p) for task, mode in plan.pairs() for p in plan.points("mock", task, mode)):
+            cmd = runner.command(cell, "http://127.0.0.1:1")
+            given = runner.given(cell)
+            ours = cmd[cmd.index("--stop-timeout") + 2:]
+            assert ours == to_argv(LoadSettings(**given), list(given)), argv
+            read = LoadSettings.from_options(reader.parse_args(ours))
+            assert read == LoadSettings(**given) and read.mode == cell.mode, argv
+            read.check()  # no contradiction the load generator would refuse

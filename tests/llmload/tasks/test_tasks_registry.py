@@ -14,7 +14,7 @@ from llmload.core.rawlog import read_results
 from llmload.core.paths import REPO_ROOT
 from llmload.core.records import DatasetError, read_records
 from llmload.runner.matrix import Runner
-from llmload.runner.options import build_parser, resolve
+from llmload.runner.options import parse_settings
 from llmload.tasks import (LocalFile, Task, TaskTemplate, all_tasks, build_datasets, default_budgets,
                            default_task_names, get_task, hub_task_names, register, task_names, unregister)
 from llmload.tasks import build, cli
@@ -131,11 +131,9 @@ def test_throwaway_task_goes_through_the_build_and_a_real_locust_run(haiku, tmp_
 
     # ... and through the runner (its locustfile found in the registry) into the report
     run_dir = tmp_path / "run"
-    parser = build_parser()
-    args = resolve(parser.parse_args(["--servers", "mock", "--tasks", "haiku", "--modes", "stream", "--concurrency",
-                                      "2", "--requests", "4", "--max-tokens", "6", "--mock-ttft-ms", "5",
-                                      "--mock-itl-ms", "1", "--data-dir", str(tmp_path / "sets"),
-                                      "--repeat", "1", "--out", str(run_dir)]), parser)
+    args = parse_settings(["--servers", "mock", "--tasks", "haiku", "--modes", "stream", "--concurrency", "2",
+                           "--requests", "4", "--max-tokens", "6", "--mock-ttft-ms", "5", "--mock-itl-ms", "1",
+                           "--data-dir", str(tmp_path / "sets"), "--repeat", "1", "--out", str(run_dir)])
     assert Runner(args).run() == 0
     with (run_dir / "report" / "summary.csv").open(newline="") as handle:
         (row,) = list(csv.DictReader(handle))
