@@ -99,6 +99,8 @@ class RequestResult:
     chunk_tokens_source: str = "none"  # "usage" (continuous usage stats) | "tokenizer" | "chunks" (unknown)
     cancelled: bool = False  # the client closed the connection at its cancel point (success False, error "")
     cancel_after: str = ""  # the cancel point drawn for it (--cancel-after), e.g. "ttft+0.8s" ("": none)
+    span_id: str = ""  # the client span of its W3C traceparent (16 hex digits; its trace id is request_id)
+    server_spans: dict[str, float] | None = None  # the server's request span's timing, ms (set when read; spans.py)
 
     @property
     def failed(self) -> bool:
