@@ -42,15 +42,17 @@ def test_one_real_vllm_cell(tmp_path, default_model):
     log = (run_dir / "vllm" / "server.log").read_text()
     assert "enable_prefix_caching=False" in log
     assert "enforce_eager=True" in log  # --vllm-args reached vLLM
-    assert "enable_per_request_metrics=True" in log and "otlp_traces_endpoint='http://127.0.0.1:" in log
+    assert "'enable_per_request_metrics': True" in log and "otlp_traces_endpoint='http://127.0.0.1:" in log
     # vLLM's llm_request span of every request, received during the cell and joined by trace id (the request id)
     spans = read_spans(run_dir / "vllm" / "qa_stream_c2_spans.jsonl")
     assert {s.service_name for s in spans if s.is_request_span} == {"vllm"}
+    parents = {s.trace_id: s.parent_span_id for s in spans if s.is_request_span}
     (cell,) = load_run(run_dir).cells
     assert cell.spans is not None and cell.spans.to_dict() == {
         "joined": 8, "requests_without_span": 0, "spans_without_request": 0, "duplicate_ids": 0, "client_spans": 0,
         "other_spans": cell.spans.other_spans}, cell.spans
     for r in cell.results:
+        assert parents[r.request_id] == r.span_id  # vLLM's span is a child of the request's traceparent
         timing = r.server_spans
         assert {"time_in_queue_ms", "time_in_model_prefill_ms", "time_in_model_decode_ms", "e2e_ms"} <= set(timing)
         assert all(value >= 0 for value in timing.values()), timing
