@@ -152,6 +152,7 @@ class ClientSpans:
         self._started = False
         self.problem = ""  # why spans could not be exported (set by the thread, said once by the process)
         self._said = False
+        self.made = 0  # spans made (handed to the batch processor)
         self.exported = 0  # spans the endpoint took
         self.failed = 0  # spans it did not
         self._tracer = None
@@ -167,23 +168,24 @@ class ClientSpans:
         try:
             self._tracer = self._make_tracer()
         except Exception as exc:  # noqa: BLE001 - the run goes on without spans; said once
-            self.problem = f"cannot set up the exporter: {exc}"
+            self.problem = f"cannot set up the exporter ({exc}), spans are not exported"
             self._finished = True
             return
         monkey.get_original("_thread", "start_new_thread")(self._run, ())
 
     def add(self, result: RequestResult, metrics: RequestMetrics, model: str) -> None:
         """Queue one finished request's span (the caller's greenlet does nothing more)."""
-        self._queue.append((result, metrics, model))
         if self.problem and not self._said:
             self.say()
+        if not self._finished:  # a thread that has stopped takes nothing more: the queue never grows unread
+            self._queue.append((result, metrics, model))
 
     def say(self) -> None:
         """Log the one warning, once, from the caller's thread (the exporting thread never logs)."""
         if self.problem and not self._said:
             self._said = True
-            log.warning(f"llmload: --otel-endpoint {self.endpoint}: {self.problem}; spans are not exported, the run "
-                        "goes on and the raw log keeps every request")
+            log.warning(f"llmload: --otel-endpoint {self.endpoint}: {self.problem}; the run goes on and the raw log "
+                        "keeps every request")
 
     def close(self, wait: float = CLOSE_S) -> None:
         """Flush what is left, for at most ``wait`` seconds (1 s once the endpoint failed), then let it be."""
@@ -193,9 +195,12 @@ class ClientSpans:
         began = time.monotonic()
         while not self._finished and time.monotonic() - began < (min(wait, 1.0) if self.problem else wait):
             time.sleep(0.05)  # a greenlet's sleep under Locust: the users' loop goes on meanwhile
-        if not self._finished and not self.problem:
-            self.problem = f"the last spans were not exported within {wait:g} s"
+        lost = self.made + len(self._queue) - self.exported
+        if lost and not self.problem:
+            self.problem = (f"{lost} of {self.made + len(self._queue)} spans were not exported (not within {wait:g} s "
+                            "of the end, or the batch queue was full: OTEL_BSP_MAX_QUEUE_SIZE)")
         self.say()
+        log.info(f"llmload: {self.exported} of {self.made + len(self._queue)} spans exported to {self.endpoint}")
 
     # ------------------------------------------------------------------ the exporting thread
 
@@ -211,7 +216,7 @@ class ClientSpans:
                 stopping = self._stopping
                 done = 0
                 while self._queue:
-                    self._export(tracer, ids, *self._queue.popleft())
+                    self._make_span(tracer, ids, *self._queue.popleft())
                     done += 1
                     if done % SPANS_PER_TURN == 0:
                         time.sleep(0.001)  # let the loop have the interpreter
@@ -220,7 +225,7 @@ class ClientSpans:
                 time.sleep(POLL_S)
             processor.shutdown()  # the batch processor exports what it holds, then stops
         except Exception as exc:  # noqa: BLE001 - the run goes on without spans; said once
-            self.problem = self.problem or f"span export stopped: {exc}"
+            self.problem = self.problem or f"span export stopped ({exc}), spans are lost"
         finally:
             self._finished = True
 
@@ -255,8 +260,8 @@ class ClientSpans:
                     owner.exported += len(spans)
                 else:
                     owner.failed += len(spans)
-                    owner.problem = owner.problem or "the endpoint did not take an export (refused, an error, or no " \
-                                                     "answer within the exporter's timeout)"
+                    owner.problem = owner.problem or ("an export failed (refused, an error, or no answer within the "
+                                                      "exporter's timeout), spans are lost")
                 return result
 
         timeout_set = any(os.environ.get(v) for v in ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"))
@@ -275,9 +280,9 @@ class ClientSpans:
         try:
             socket.create_connection((parts.hostname, port), timeout=2.0).close()
         except OSError as exc:
-            self.problem = f"cannot connect to {parts.hostname}:{port} ({exc.strerror or exc})"
+            self.problem = f"cannot connect to {parts.hostname}:{port} ({exc.strerror or exc}), spans are not exported"
 
-    def _export(self, tracer, ids, result: RequestResult, metrics: RequestMetrics, model: str) -> None:
+    def _make_span(self, tracer, ids, result: RequestResult, metrics: RequestMetrics, model: str) -> None:
         from opentelemetry.context import Context  # the otel extra, loaded by start()
         from opentelemetry.trace import SpanKind, Status, StatusCode
 
@@ -289,6 +294,9 @@ class ClientSpans:
                                      attributes=span_attributes(result, metrics, model, self.host))
         finally:
             ids.trace_id = ids.span_id = None
+        if not span.is_recording():  # sampled out (OTEL_TRACES_SAMPLER)
+            return
+        self.made += 1
         if result.token_offsets:
             span.add_event(FIRST_TOKEN, timestamp=_ns(result.start_time + result.token_offsets[0]))
         if result.failed:

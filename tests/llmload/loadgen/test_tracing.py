@@ -71,7 +71,7 @@ def test_each_result_is_one_client_span_with_the_requests_ids_and_times(tmp_path
         for r in results:
             spans.add(r, request_metrics(r), "mock")
         spans.close()
-    assert spans.exported == 3 and spans.failed == 0 and not spans.problem
+    assert spans.made == spans.exported == 3 and spans.failed == 0 and not spans.problem
     got = {s.trace_id: s for s in read_spans(tmp_path / "spans.jsonl")}
     for r in results[:2]:
         s = got[r.request_id]
