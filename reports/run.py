@@ -20,6 +20,7 @@ from llmload.core.points import Point
 from llmload.core.rawlog import read_results
 from llmload.core.runfiles import (CAPACITY, CELLS, DEFAULT_BASELINE, MANIFEST, Cell, RunFolderError, read_capacity,
                                    read_cells, read_manifest)
+from llmload.core.spans import SpanJoin, join_file
 from monitors.sampler import peak_usage, read_monitor
 
 
@@ -38,6 +39,7 @@ class CellData:
     monitor: object = None  # the monitor CSV as a DataFrame, None when absent
     locust_requests: int | None = None
     client_error: dict | None = None  # the client-error block of the load generator's _summary.json
+    spans: SpanJoin | None = None  # the cell's spans joined to its results (None: no spans file)
     status: str = ""  # the cell's status, "missing" when an ok cell lost its raw log
     error: str = ""
 
@@ -107,6 +109,10 @@ def load_cell(run_dir: Path, cell: Cell) -> CellData:
         except ValueError as exc:
             raise ReportError(str(exc)) from None
         data.summary = summarize(data.results)
+        try:
+            data.spans = join_file(data.results, files.spans)  # sets each joined result's server_spans
+        except ValueError as exc:
+            raise ReportError(str(exc)) from None
     elif cell.status == "ok":
         data.status, data.error = "missing", "raw log missing"
     if files.monitor.is_file():

@@ -34,6 +34,12 @@ from llmload.core.model_store import ModelNotAvailable, resolve_model, served_mo
 from llmload.core.services import ServiceError, ServiceProcess, local_url, port_in_use
 from server.engines.hf_model import check_local_model
 
+#: vLLM's span export when it traces: OTLP/HTTP (its default is gRPC), named ``vllm``, a batch every half second
+#: (the SDK's default is 5 s) so that a cell's spans are in before the next cell starts.
+OTLP_ENV = {"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf", "OTEL_SERVICE_NAME": "vllm",
+            "OTEL_BSP_SCHEDULE_DELAY": "500"}
+
+
 class VLLMMissing(RuntimeError):
     """vLLM is not installed in this environment."""
 
@@ -74,6 +80,10 @@ class VLLMSettings:
     max_num_seqs: int | None = option(None, "vLLM's batch limit (default: vLLM's)", type=positive_int)
     prefix_caching: bool | None = None  # None: vLLM's default (on)
     api_key: str | None = option(None, "require this bearer token")
+    otlp_traces_endpoint: str | None = option(None, "export vLLM's OpenTelemetry spans (one llm_request span per "
+                                                    "request, its timing in gen_ai.latency.*) to this OTLP/HTTP URL, "
+                                                    "e.g. http://localhost:4318/v1/traces")
+    per_request_metrics: bool = True  # --enable-per-request-metrics: each response's timing in its `metrics`
     extra_args: list[str] = field(default_factory=list)
     gpu: bool | None = None  # None: detect
 
@@ -92,6 +102,10 @@ class VLLMSettings:
             cmd.append("--enable-prefix-caching" if self.prefix_caching else "--no-enable-prefix-caching")
         if self.api_key:
             cmd += ["--api-key", self.api_key]
+        if self.per_request_metrics and "--disable-log-stats" not in self.extra_args:  # vLLM needs its stats for it
+            cmd.append("--enable-per-request-metrics")
+        if self.otlp_traces_endpoint:
+            cmd += ["--otlp-traces-endpoint", self.otlp_traces_endpoint]
         if self._gpu():
             cmd += ["--gpu-memory-utilization", str(self.gpu_memory_utilization)]
             if self.tensor_parallel_size > 1:
@@ -103,6 +117,8 @@ class VLLMSettings:
         env = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
         if not self._gpu():
             env["VLLM_CPU_KVCACHE_SPACE"] = f"{self.kv_cache_gib:g}"
+        if self.otlp_traces_endpoint:
+            env.update(OTLP_ENV)
         return env
 
     def _gpu(self) -> bool:

@@ -102,6 +102,7 @@ class RequestResult:
     cancel_after: str = ""  # the cancel point drawn for it (--cancel-after), e.g. "ttft+0.8s" ("": none)
     span_id: str = ""  # the client span of its W3C traceparent (16 hex digits; its trace id is request_id)
     server_timing: dict[str, float] | None = None  # the server's own per-request timing, ms (None: none given)
+    server_spans: dict[str, float] | None = None  # the server's request span's timing, ms (set when read; spans.py)
 
     @property
     def failed(self) -> bool:

@@ -8,6 +8,8 @@
         capacity.jsonl               one line per capacity search (server, task, capacity and its interval, steps)
         <server>/<cell>_requests.jsonl   the raw per-request log (:mod:`llmload.core.metrics`)
         <server>/<cell>_monitor.csv      resources (``monitors``)
+        <server>/<cell>_spans.jsonl      the OpenTelemetry spans received during the cell (``--otel-receiver``,
+                                     :mod:`llmload.core.spans`); spans.jsonl at the top: those received between cells
         <server>/<cell>_stats.csv ...    Locust's own CSVs; ``_summary.json`` the load generator's summary
         report/                      what ``python -m reports.merge`` writes (``report.json``: the typed report)
 
@@ -28,6 +30,8 @@ from llmload.core.records import known_fields
 MANIFEST = "run.json"
 CELLS = "cells.jsonl"
 CAPACITY = "capacity.jsonl"
+#: The spans the runner's receiver got outside every cell (a server's start-up, late ones).
+SPANS = "spans.jsonl"
 #: The server every ratio is taken against when neither the command nor run.json names one (when the run has it).
 DEFAULT_BASELINE = "vllm"
 #: What became of a cell.
@@ -99,6 +103,10 @@ class CellFiles:
     @property
     def monitor(self) -> Path:
         return self._with("_monitor.csv")
+
+    @property
+    def spans(self) -> Path:
+        return self._with("_spans.jsonl")
 
     @property
     def locust_stats(self) -> Path:

@@ -26,6 +26,7 @@ from llmload.core.apis import APIS, GenerationParams
 from llmload.core.metrics import MODES, SLO
 from llmload.core.paths import dataset_path
 from llmload.core.records import DatasetError
+from llmload.loadgen.tracing import otel_available, otlp_url
 from llmload.tasks.traces import BLOCK_TOKENS, FORMATS as TRACE_FORMATS
 
 ENV_PREFIX = "LOCUST_LLM_"
@@ -209,6 +210,11 @@ class LoadSettings:
                                           default=None, metavar="PORT", type=port, include_in_web_ui=False)
     prometheus_host: str = _option("--prometheus-host", "the address /metrics binds to (0.0.0.0: every interface)",
                                    default="0.0.0.0", metavar="ADDRESS", include_in_web_ui=False)
+    otel_endpoint: str = _option("--otel-endpoint", "export one OpenTelemetry span per request (trace id = its "
+                                 "request id, the figures as attributes) to this OTLP/HTTP endpoint, e.g. "
+                                 "http://localhost:4318 (Jaeger, Tempo, a collector); each process that sends "
+                                 "requests exports its own", default="", metavar="URL", type=otlp_url,
+                                 include_in_web_ui=False)
     # cancellation (llmload.core.cancel)
     cancel_rate: float = _option("--cancel-rate", "share P in [0, 1] of requests the client abandons at "
                                  "--cancel-after (closes the connection; drawn per request from --seed): the raw log "
@@ -322,6 +328,9 @@ class LoadSettings:
             raise SettingsError("--prometheus-host is where /metrics binds: give --prometheus-port PORT too")
         if self.prometheus_port is not None:
             check_port_free(self.prometheus_host, self.prometheus_port)
+        if self.otel_endpoint and not otel_available():
+            raise SettingsError("--otel-endpoint needs the OpenTelemetry SDK and its OTLP/HTTP exporter: "
+                                "pip install 'llmload[otel]'")
         if self.stages and self.ramp:
             raise SettingsError("--stages and --ramp are two load shapes: give one")
         if self.cancel_rate and not self.cancel_after:

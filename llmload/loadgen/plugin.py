@@ -56,6 +56,7 @@ from llmload.loadgen.prompts import ModelLookup, Prompts, TraceReplay
 from llmload.loadgen.rows import LocustRows
 from llmload.loadgen.schedule import Schedule, TraceSchedule
 from llmload.loadgen.sink import ResultSink
+from llmload.loadgen.tracing import ClientSpans
 from llmload.loadgen.watch import NO_SERVER_S, Watch
 from llmload.loadgen.worker import WorkerRole
 
@@ -79,6 +80,7 @@ class LoadPlugin:
         self.monitor = ResourceMonitor()
         self.probe = LoopProbe(lambda: self.sink.in_flight > 0)
         self.exporter: Exporter | None = None
+        self.tracing: ClientSpans | None = None  # --otel-endpoint: this process's requests as spans
         self._run_id = ""  # standalone; a distributed run's is the master's
         self.watch = Watch()
         self.finishing = False
@@ -197,6 +199,10 @@ class LoadPlugin:
                 self.trace(wait=False)  # the master's --trace: built while the users start
         else:
             self._start_lead(rows)
+        if self.master is None and self.settings.otel_endpoint and self.tracing is None:
+            # the processes that send requests export their own spans (set up before the loop probe starts)
+            self.tracing = ClientSpans(self.settings.otel_endpoint, self.environment.host or "", self.node_name)
+            self.tracing.start()
         if self.master is None:  # the processes that send requests measure their own timing error
             self.board.clock[""] = self.probe.start()
         self._spawn(self._tick)
@@ -241,6 +247,8 @@ class LoadPlugin:
         self._say()
 
     def on_quit(self) -> None:
+        if self.tracing is not None:
+            self.tracing.close()
         if self.is_worker:
             return
         self.monitor.stop()
@@ -432,10 +440,12 @@ class LoadPlugin:
     def report(self, result) -> None:
         """A user's result: counted here, where it was measured."""
         try:
-            self.sink.collect(result)
+            metrics = self.sink.collect(result)
         except OSError as exc:
             self.fail_raw_log(self.raw_log.path, exc)
             return
+        if self.tracing is not None:
+            self.tracing.add(result, metrics, self.settings.model or self._model.known)
         if self.worker is not None:
             self.worker.report_if_drained()
         else:

@@ -105,6 +105,11 @@ class ModelLookup:
                 getattr(exc, "unreachable", False)
         return model, "", False
 
+    @property
+    def known(self) -> str:
+        """The model looked up, or '' before (or without) a successful look-up."""
+        return self._model.value if self._model.successful() else ""
+
     def _look_up(self, client, timeout: float) -> None:
         try:
             model = client.list_first_model(timeout)

@@ -23,7 +23,8 @@ from pathlib import Path
 from llmload.core.model_store import ModelNotAvailable, is_default_model, resolve_model, served_model_name
 from llmload.core.paths import RESULTS_DIR, dataset_path
 from llmload.core.points import Point
-from llmload.core.runfiles import Cell, append_capacity, append_cell, write_manifest
+from llmload.core.otlp import SpanReceiver
+from llmload.core.runfiles import SPANS, Cell, append_capacity, append_cell, write_manifest
 from llmload.core.sequential import Budget
 from llmload.loadgen.options import TRACE_SHAPING
 from llmload.runner.capacity import CapacitySearch, look_of, search_cells
@@ -41,6 +42,10 @@ from llmload.tasks import DatasetError, ensure_datasets
 from monitors.sampler import peak_usage, read_monitor
 from reports.merge import merge_run
 from server.engines.hf_model import check_local_model
+
+
+#: Seconds the runner waits after a cell for the spans of its requests from a server that traces.
+SPAN_WAIT_S = 10.0
 
 
 class RunnerError(RuntimeError):
@@ -81,6 +86,7 @@ class Runner:
         self.cells: CellRunner | None = None
         self.progress = Progress(self.plan.cells_per_server() * len(self.targets), len(self.targets))
         self.pool: ServerPool | None = None
+        self.spans: SpanReceiver | None = None  # --otel-receiver
         self.order = Order(settings.order, settings.order_seed)
         self.memory: dict = {}
         self.sequence: list[dict] = []  # the cells in the order they ran (run.json)
@@ -106,6 +112,9 @@ class Runner:
             raise RunnerError(f"model: {exc}") from None
         self.settings = replace(args.target, model=self.model_path,
                                 served_model_name=served_model_name(args.target.model))
+        if args.otel_receiver:
+            self.spans = SpanReceiver(fallback=self.run_dir / SPANS)
+            self.settings = replace(self.settings, otlp_traces_endpoint=self.spans.start())
         paths = {task: dataset_path(task, args.data_dir) for task in self.plan.tasks}
         if not self.plan.needs_datasets:
             self.datasets = {}  # only the trace's level: it brings its own prompts
@@ -190,6 +199,8 @@ class Runner:
         finally:
             if self.pool is not None:
                 self.pool.stop_all()
+            if self.spans is not None:
+                self.spans.stop()  # after the servers: their last spans come as they stop
             if self.info:
                 with self.stop.deferred():
                     self.write_manifest()
@@ -378,7 +389,11 @@ class Runner:
         assert self.cells is not None and self.pool is not None, "prepare() first"
         label = f"{self.progress.counter()} {cell_label(cell, self.plan.max_repeats)}: "
         cell.order, cell.started = len(self.sequence) + 1, time.time()
+        if self.spans is not None:
+            self.spans.route(cell.files(self.run_dir).spans)
         result = self.cells.run(cell, running, label)
+        if self.spans is not None:
+            self.collect_spans(cell, running, result)
         self.recorded += 1
         self.recorded_servers.add(cell.server)
         if cell.status == "ok" and not running.alive():
@@ -393,6 +408,17 @@ class Runner:
                 self.halted = True
         self.stop.check()
         return result
+
+    def collect_spans(self, cell: Cell, running: RunningTarget, result: CellResult) -> None:
+        """Wait (at most :data:`SPAN_WAIT_S`) for the spans of the cell's successful requests from a server that
+        traces; then spans go to the run's own spans.jsonl until the next cell."""
+        assert self.spans is not None
+        if running.process is not None and running.kind.traces(self.settings):
+            missing = self.spans.wait_for({r.request_id for r in result.results if r.success}, SPAN_WAIT_S)
+            if missing:
+                print(f"   {cell.server}: the spans of {len(missing)} request(s) did not come within {SPAN_WAIT_S:g} s",
+                      flush=True)
+        self.spans.route(None)
 
     def note(self, cell: Cell) -> None:
         """Add the cell to the order in ``run.json``, and its server's measured memory to the pool."""

@@ -217,6 +217,10 @@ class ServerOptions:
                                               "kind (off by default: every cell sends its task's prompts from the "
                                               "first one, and the basic server has no prefix cache, so vLLM would "
                                               "skip prefills the others do)", action="store_true")
+    otel_receiver: bool = option(False, "receive OpenTelemetry spans in the runner (OTLP/HTTP on 127.0.0.1, no "
+                                        "collector): every vLLM started exports its per-request span there, written "
+                                        "to each cell's <cell>_spans.jsonl and joined to the requests in the report "
+                                        "(queue, prefill, decode as vLLM measured them)", action="store_true")
     price_per_hour: dict[str, float] | None = option(
         None, "each server's price in USD per hour, by name (e.g. vllm=2.5,basic-batched=0.4): the report gives $ per "
               "1M output tokens and per 1,000 requests at each cell's throughput and at the capacity found (default: "

@@ -49,6 +49,7 @@ class TargetSettings:
                                         "--vllm-args='--enforce-eager' (a value starting with -- needs the =)",
                                         type=lambda text: tuple(shlex.split(text)), metavar="ARGS")
     extra_args: tuple[str, ...] = ()
+    otlp_traces_endpoint: str = ""  # the runner's span receiver (--otel-receiver): servers that trace export there
 
 
 class TargetKind(ABC):
@@ -72,6 +73,10 @@ class TargetKind(ABC):
 
     def env(self, settings: TargetSettings) -> dict[str, str]:
         return {}
+
+    def traces(self, settings: TargetSettings) -> bool:
+        """Whether this kind, started with ``settings``, exports a span per request to their OTLP endpoint."""
+        return False
 
     def start_timeout(self, settings: TargetSettings) -> float:
         return settings.start_timeout

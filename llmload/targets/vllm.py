@@ -23,6 +23,7 @@ class VLLMServer(TargetKind):
                             max_model_len=settings.max_model_len, dtype=settings.dtype,
                             kv_cache_gib=settings.kv_cache_gib, max_num_seqs=settings.max_num_seqs,
                             prefix_caching=self.prefix_caching,
+                            otlp_traces_endpoint=settings.otlp_traces_endpoint or None,
                             extra_args=[*settings.vllm_args, *settings.extra_args])
 
     def command(self, settings: TargetSettings, port: int) -> list[str]:
@@ -30,6 +31,10 @@ class VLLMServer(TargetKind):
 
     def env(self, settings: TargetSettings) -> dict[str, str]:
         return self._settings(settings, 0).env()
+
+    def traces(self, settings: TargetSettings) -> bool:
+        """vLLM's ``llm_request`` span of each request, when the runner gave it an endpoint."""
+        return bool(settings.otlp_traces_endpoint)
 
     def start_timeout(self, settings: TargetSettings) -> float:
         return settings.vllm_timeout

@@ -42,6 +42,19 @@ def test_cpu_command_and_environment():
     assert "--no-enable-prefix-caching" in VLLMSettings(model="m", prefix_caching=False, gpu=False).command()
     assert "--enable-prefix-caching" in VLLMSettings(model="m", prefix_caching=True, gpu=False).command()
     assert settings.env()["VLLM_CPU_KVCACHE_SPACE"] == "2.5"
+    assert "--enable-per-request-metrics" in cmd and "--otlp-traces-endpoint" not in cmd
+    assert "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL" not in settings.env()
+
+
+@pytest.mark.unit
+def test_tracing_exports_over_otlp_http_and_per_request_metrics_need_vllms_stats():
+    traced = VLLMSettings(model="m", otlp_traces_endpoint="http://127.0.0.1:4318/v1/traces", gpu=False)
+    cmd = traced.command()
+    assert cmd[cmd.index("--otlp-traces-endpoint") + 1] == "http://127.0.0.1:4318/v1/traces"
+    assert traced.env()["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] == "http/protobuf"  # vLLM's default is gRPC
+    assert traced.env()["OTEL_SERVICE_NAME"] == "vllm"
+    quiet = VLLMSettings(model="m", extra_args=["--disable-log-stats"], gpu=False).command()
+    assert "--enable-per-request-metrics" not in quiet  # vLLM refuses the two together
 
 
 @pytest.mark.unit

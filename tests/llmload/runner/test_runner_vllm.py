@@ -8,14 +8,17 @@ import json
 import pytest
 
 from llmload.core.rawlog import read_results
+from llmload.core.spans import read_spans
 from prompt_sets import make_data
+from reports.run import load_run
 from runner_helpers import read_summary, run_runner
 
 pytestmark = pytest.mark.e2e
 
 
 def test_one_real_vllm_cell(tmp_path, default_model):
-    """The vLLM deployment on a fresh machine: launcher, one Locust run, the monitor, the merge."""
+    """The vLLM deployment on a fresh machine: launcher, one Locust run, the monitor, the merge; vLLM's spans
+    received by the runner (--otel-receiver) and joined to the cell's requests."""
     from server.vllm_launcher import vllm_installed  # only this test needs to know
 
     if not vllm_installed():
@@ -25,6 +28,7 @@ def test_one_real_vllm_cell(tmp_path, default_model):
     proc = run_runner("--servers", "vllm", "--tasks", "qa", "--modes", "stream", "--concurrency", "2",
                       "--requests", "8", "--max-tokens", "32", "--data-dir", str(data), "--out", str(run_dir),
                       "--vllm-timeout", "900", "--repeat", "1", "--vllm-args=--enforce-eager",  # no torch.compile
+                      "--otel-receiver",
                       timeout=1200)  # a few seconds of load: the monitor samples it
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (row,) = read_summary(run_dir)
@@ -38,6 +42,23 @@ def test_one_real_vllm_cell(tmp_path, default_model):
     log = (run_dir / "vllm" / "server.log").read_text()
     assert "enable_prefix_caching=False" in log
     assert "enforce_eager=True" in log  # --vllm-args reached vLLM
+    assert "'enable_per_request_metrics': True" in log and "otlp_traces_endpoint='http://127.0.0.1:" in log
+    # vLLM's llm_request span of every request, received during the cell and joined by trace id (the request id)
+    spans = read_spans(run_dir / "vllm" / "qa_stream_c2_spans.jsonl")
+    assert {s.service_name for s in spans if s.is_request_span} == {"vllm"}
+    parents = {s.trace_id: s.parent_span_id for s in spans if s.is_request_span}
+    (cell,) = load_run(run_dir).cells
+    assert cell.spans is not None and cell.spans.to_dict() == {
+        "joined": 8, "requests_without_span": 0, "spans_without_request": 0, "duplicate_ids": 0, "client_spans": 0,
+        "other_spans": cell.spans.other_spans}, cell.spans
+    for r in cell.results:
+        assert parents[r.request_id] == r.span_id  # vLLM's span is a child of the request's traceparent
+        timing = r.server_spans
+        assert {"time_in_queue_ms", "time_in_model_prefill_ms", "time_in_model_decode_ms", "e2e_ms"} <= set(timing)
+        assert all(value >= 0 for value in timing.values()), timing
+        # the server's own time from arrival to the last token fits inside what the client measured
+        assert timing["time_in_queue_ms"] + timing["time_in_model_prefill_ms"] < r.end_offset * 1000.0
+        assert timing["e2e_ms"] < r.end_offset * 1000.0 + 5.0, (timing, r.end_offset)
     assert json.loads((run_dir / "run.json").read_text())["baseline"] == "vllm"
     # the monitor read vLLM's own /metrics beside its resources: requests running, KV cache in use
     with open(run_dir / "vllm" / "qa_stream_c2_monitor.csv", newline="") as handle:
