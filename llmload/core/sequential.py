@@ -15,7 +15,9 @@ the monitor has it, are averaged in :data:`TREND_BINS` equal spans of time. The
 Mann-Kendall test (Kendall's tau of the bin means against time, one-sided) says
 whether they grow, the Theil-Sen slope how much over the look; a least-squares
 line through the bin means gives the backlog's growth rate an upper bound
-(Student's t). Averaging in bins makes the bin means close to independent,
+(Student's t), and never less than :data:`MIN_GROWTH` over the look's span (a
+queue growing by less than one request over a look leaves an integer backlog
+as it was). Averaging in bins makes the bin means close to independent,
 which both assume. A held step shows that the server kept up with its rate up
 to that bound: the rate less the bound is the step's *floor*.
 
@@ -26,6 +28,10 @@ all the decisions of a search are right with probability at least
 ``confidence``; then, if the share of requests meeting the SLO falls as the
 rate rises, the capacity lies between the highest floor of a held step and the
 lowest rate that failed: that is the capacity's interval.
+
+Sizes: a step's first look sends at least the requests a hold needs
+(:func:`look_sizes`), and a look after which no remaining look could decide the
+step at the share it measured is its last (:func:`could_decide`).
 """
 
 from __future__ import annotations
@@ -85,6 +91,63 @@ class Budget:
         return {**asdict(self), "alpha": self.alpha}
 
 
+def look_sizes(requests: int, looks: int, warmup: int, target: float, alpha: float) -> list[int]:
+    """Requests each look of a step sends: the first at least ``requests`` and enough for a hold (every measured
+    request meeting the SLO: :func:`requests_to_hold`, plus ``warmup``), each later one twice the one before."""
+    need = requests_to_hold(target, alpha)
+    first = requests if math.isinf(need) else max(requests, int(need) + warmup)
+    return [first * 2 ** k for k in range(looks)]
+
+
+def could_decide(met: int, n: int, more: int, target: float, alpha: float) -> bool:
+    """Whether ``more`` measured requests could decide a step that measured ``met`` of ``n``, if its share stayed
+    ``met / n``: False once even all of them would leave both bounds around the target (the step is at the
+    target within what its looks can tell)."""
+    if n <= 0 or more <= 0:
+        return more > 0
+    total = n + more
+    low, high = attainment_bounds(round(met / n * total), total, alpha)
+    return low >= target or high < target
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """A closed loop's completion rate at saturation, in requests/s: the least-squares slope of the count of
+    completed requests against time, from its first completion to its last dispatch (while every user was busy;
+    to its last completion when every request went out at once), with a 95 % interval (Student's t over the
+    rates in :data:`TREND_BINS` equal spans of that window)."""
+
+    rate: float
+    low: float
+    high: float
+    completions: int
+    span_s: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def saturation_throughput(results: Iterable[RequestResult]) -> Throughput | None:
+    """The completion rate of a closed loop's measured, successful requests (see :class:`Throughput`); None when
+    fewer than ``2 x`` :data:`TREND_BINS` completed in the window."""
+    rows = np.array([(r.start_time, r.start_time + r.end_offset) for r in results if r.success and not r.warmup],
+                    dtype=float).reshape(-1, 2)
+    if len(rows) < 2 * TREND_BINS:
+        return None
+    ends = np.sort(rows[:, 1])
+    first, dispatch = float(ends[0]), float(rows[:, 0].max())
+    busy = ends[ends <= dispatch]
+    inside = busy if busy.size >= 2 * TREND_BINS else ends
+    span = float(inside[-1] - first)
+    if inside.size < 2 * TREND_BINS or span <= 0:
+        return None
+    rate = float(scipy_stats.linregress(inside, np.arange(1, inside.size + 1)).slope)
+    per_bin = np.bincount(np.clip(((inside - first) / span * TREND_BINS).astype(int), 0, TREND_BINS - 1),
+                          minlength=TREND_BINS) / (span / TREND_BINS)
+    half = float(scipy_stats.t.ppf(0.975, TREND_BINS - 1)) * float(per_bin.std(ddof=1)) / math.sqrt(TREND_BINS)
+    return Throughput(rate, max(0.0, rate - half), rate + half, int(inside.size), span)
+
+
 # --------------------------------------------------------------------------- over-saturation
 
 
@@ -100,21 +163,24 @@ class Trend:
     bins: int = 0
     fit_slope: float | None = None  # least squares through the bin means, per second
     fit_se: float | None = None
+    span: float | None = None  # seconds the series covered (None: a record written before it was kept)
 
     def growing(self, alpha: float) -> bool:
         return (self.p_value is not None and self.p_value < alpha and self.growth is not None
                 and self.growth >= MIN_GROWTH)
 
     def slope_high(self, alpha: float) -> float | None:
-        """One-sided upper bound of the growth rate at level ``1 - alpha`` (Student's t, bins - 2 df)."""
+        """One-sided upper bound of the growth rate at level ``1 - alpha`` (Student's t, bins - 2 df), at least
+        :data:`MIN_GROWTH` over the span: growth slower than that leaves the integer backlog unchanged."""
         if self.fit_slope is None or self.fit_se is None or self.bins < 4:
             return None
-        return self.fit_slope + float(scipy_stats.t.ppf(1.0 - alpha, self.bins - 2)) * self.fit_se
+        bound = self.fit_slope + float(scipy_stats.t.ppf(1.0 - alpha, self.bins - 2)) * self.fit_se
+        return max(bound, MIN_GROWTH / self.span) if self.span else bound
 
     @classmethod
     def from_dict(cls, data: dict) -> "Trend":
-        return cls(**{k: data.get(k) for k in ("series", "p_value", "growth", "slope", "fit_slope", "fit_se")},
-                   bins=int(data.get("bins") or 0))
+        return cls(**{k: data.get(k) for k in ("series", "p_value", "growth", "slope", "fit_slope", "fit_se",
+                                               "span")}, bins=int(data.get("bins") or 0))
 
 
 def trend(series: str, times: Sequence[float], values: Sequence[float], bins: int = TREND_BINS) -> Trend:
@@ -133,13 +199,13 @@ def trend(series: str, times: Sequence[float], values: Sequence[float], bins: in
     centres = ((edges[:-1] + edges[1:]) / 2)[filled]
     if means.size < 4:
         return Trend(series, None, None, bins=int(means.size))
-    fit = scipy_stats.linregress(centres, means)
+    span = float(t.max() - t.min())
     if np.ptp(means) == 0:
-        return Trend(series, 1.0, 0.0, 0.0, int(means.size), 0.0, 0.0)
+        return Trend(series, 1.0, 0.0, 0.0, int(means.size), 0.0, 0.0, span)
+    fit = scipy_stats.linregress(centres, means)
     p_value = float(scipy_stats.kendalltau(centres, means, alternative="greater").pvalue)
     slope = float(scipy_stats.theilslopes(means, centres).slope)
-    return Trend(series, p_value, slope * float(t.max() - t.min()), slope, int(means.size), float(fit.slope),
-                 float(fit.stderr))
+    return Trend(series, p_value, slope * span, slope, int(means.size), float(fit.slope), float(fit.stderr), span)
 
 
 def backlog(results: Iterable[RequestResult]) -> tuple[np.ndarray, np.ndarray]:

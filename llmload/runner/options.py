@@ -20,6 +20,7 @@ from llmload.tasks import DatasetError, default_task_names, task_names
 from llmload.tasks.traces import check_lengths, offsets, read_trace
 from llmload.core.sequential import CONFIDENCE, Budget, requests_to_hold
 from llmload.loadgen.options import ARRIVALS, TRACE_SHAPING, LoadSettings, trace_shaping
+from llmload.runner.capacity import CI_PCT as CAPACITY_CI
 from llmload.runner.schedule import ORDERS
 from llmload.targets import DEFAULT_BASELINE, KINDS, TargetSettings, targets_type
 
@@ -145,13 +146,18 @@ def build_parser() -> OneLineParser:
                            "rates evenly spaced up to it (saturation x 1/N, 2/N, ..., 1), as GuideLLM's sweep does")
     load.add_argument("--find-capacity", action="store_true",
                       help="per server, task and mode: the highest rate whose SLO attainment stays at or above "
-                           "--slo-target with dispatch lag p99 under --max-lag, by bisection from the saturation "
-                           "throughput (needs --slo; written to capacity.jsonl with its bracket)")
+                           "--slo-target with dispatch lag p99 under --max-lag, searched from the saturation "
+                           "throughput until its 95 %% interval is within --capacity-ci (needs --slo; written to "
+                           "capacity.jsonl with its interval)")
     load.add_argument("--capacity-steps", type=positive_int, default=DEFAULT_CAPACITY_STEPS, metavar="N",
                       help="most rates one capacity search tries (default: %(default)s)")
     load.add_argument("--capacity-looks", type=positive_int, default=DEFAULT_CAPACITY_LOOKS, metavar="N",
-                      help="most cells one capacity step runs before it decides: --requests, then twice as many "
-                           "as the cell before, while the step is undecided (default: %(default)s)")
+                      help="most cells one capacity step runs before it decides: --requests (at least the requests "
+                           "a hold needs at --slo-target), then twice as many as the cell before, while the step is "
+                           "undecided (default: %(default)s)")
+    load.add_argument("--capacity-ci", type=percentage(include_100=False), default=CAPACITY_CI, metavar="PCT",
+                      help="a capacity search stops once the capacity's 95 %% interval is within +-PCT %% of its "
+                           "centre (default: %(default)s)")
     load.add_argument("--slo", type=slo_type, default=None, metavar="KEY=MS,...",
                       help=f"latency targets a request must all meet, keys {', '.join(SLO_KEYS)}, values in ms (or "
                            "500ms, 0.5s), e.g. ttft=500,e2e=4000; open-loop latencies count from the intended start")
@@ -305,22 +311,11 @@ def trace_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
-def step_requests(requests: int, looks: int) -> list[int]:
-    """Requests each look of a capacity step sends: --requests, then twice as many as the look before."""
-    return [requests * 2 ** k for k in range(looks)]
-
-
 def capacity_size_problem(args: argparse.Namespace) -> str | None:
-    """Why no capacity step could ever hold at these settings (too few requests for --slo-target), or None."""
-    budget = Budget(args.capacity_steps, args.capacity_looks)
-    most = sum(n - args.warmup for n in step_requests(args.requests, args.capacity_looks))
-    need = requests_to_hold(args.slo_target, budget.alpha)
-    if need <= most:
+    """Why no capacity step could ever hold at these settings, or None: a step's first look sends at least the
+    requests a hold needs (:func:`llmload.core.sequential.look_sizes`), so only a target no count can show."""
+    if requests_to_hold(args.slo_target, Budget(args.capacity_steps, args.capacity_looks).alpha) != float("inf"):
         return None
-    how = ("no number of requests can show it" if need == float("inf") else
-           f"it takes {need} measured requests, all meeting the SLO, and a step measures at most {most} "
-           f"(--requests {args.requests}, doubling over --capacity-looks {args.capacity_looks}"
-           + (f", less --warmup {args.warmup} per look)" if args.warmup else ")"))
     return (f"--find-capacity: a step holds once its attainment is shown >= --slo-target {args.slo_target:g} % "
             f"with {CONFIDENCE * 100:g} % confidence over {args.capacity_steps} steps x {args.capacity_looks} looks; "
-            f"{how}: raise --requests or --capacity-looks, or lower --slo-target")
+            "no number of requests can show it: lower --slo-target")
