@@ -53,7 +53,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Generator
+from typing import Any, Callable, Generator, Iterator
 
 from llmload.core.metrics import SLO, RequestResult, RunSummary
 from llmload.core.runfiles import Cell
@@ -173,66 +173,97 @@ class CapacitySearch:
         current = self.current
         if current is not None and self.has_looks(current):
             return self._probe(current, "more")
-        rate, why = self._place()
-        if rate is None:
-            self.stopped = why
+        _, low, high = self.estimate
+        if high is not None and low > 0 and high / low <= self.ratio:
+            self.stopped = f"the interval is within +-{self.ci_pct:g} %"
             return None
-        near = [s for s in self.steps if self.has_looks(s)
-                and abs(math.log(rate / s.rate)) <= RESUME_SHARE * math.log(self.ratio)]
-        if near:
-            return self._probe(min(near, key=lambda s: abs(math.log(rate / s.rate))), "resume")
-        if len(self.steps) >= self.budget.steps:
-            self.stopped = f"--capacity-steps {self.budget.steps} rates tried"
+        if self.start_rate <= 0:
+            self.stopped = "no saturation throughput"
             return None
-        rate = round_rate(rate)
-        if rate <= 0 or any(step.rate == rate for step in self.steps):
-            self.stopped = "the rates' rounding leaves no new rate"
-            return None
-        return Probe(rate, 0, self.sizes[0], why)
+        top = max((s.rate for s in self.steps if s.decision == HELD), default=0.0)
+        close = RESUME_SHARE * math.log(self.ratio)
+        for rate, why in self._candidates():
+            if rate <= top or (high is not None and rate >= high):
+                continue  # outside the bounds the steps set
+            near = sorted(self.steps, key=lambda s: abs(math.log(rate / s.rate)))
+            if near and abs(math.log(rate / near[0].rate)) <= close:
+                if self.has_looks(near[0]):
+                    return self._probe(near[0], "resume")
+                continue  # a rate already decided (or out of looks)
+            if len(self.steps) >= self.budget.steps:
+                self.stopped = f"--capacity-steps {self.budget.steps} rates tried"
+                return None
+            if round_rate(rate) > 0:
+                return Probe(round_rate(rate), 0, self.sizes[0], why)
+        self.stopped = "no new rate between the bounds the steps set"
+        return None
 
     def _probe(self, step: Step, why: str) -> Probe:
         return Probe(step.rate, len(step.looks), self.sizes[len(step.looks)], why)
 
-    def _place(self) -> tuple[float | None, str]:
-        """The next step's rate and why (see the module docstring), or (None, why the search is over)."""
+    def _candidates(self) -> Iterator[tuple[float, str]]:
+        """The rates the next step could take, best first, and why (see the module docstring)."""
         ratio = self.ratio
-        _, low, high = self.estimate
-        if high is not None and low > 0 and high / low <= ratio:
-            return None, f"the interval is within +-{self.ci_pct:g} %"
         if not self.steps:
-            if self.start_rate <= 0:
-                return None, "no saturation throughput"
-            rate = self.start_rate
-            first = rate / ratio ** START_SHARE
-            return (max(first, self.start.low) if self.start is not None and self.start.low < rate else first), \
-                "start"
+            first = self.start_rate / ratio ** START_SHARE
+            yield (max(first, self.start.low) if self.start is not None and self.start.low < self.start_rate
+                   else first), "start"
+            return
+        _, low, high = self.estimate
         held = [s for s in self.steps if s.decision == HELD]
         top = max((s.rate for s in held), default=0.0)
         undecided = sorted(s.rate for s in self.steps if s.decision == UNDECIDED and s.rate > top
                            and (high is None or s.rate < high))
         loss = 1.0 - 1.0 / max(2, self.sizes[0] - self.warmup - FLOOR_SETTLE)
+        crossing = self.crossing()
         if not held:  # below the lowest rate tried, twice as far (log scale) as the last time, at most halving
-            lowest = min(s.rate for s in self.steps)
-            reach = min(2.0, ratio ** (EDGE_DOWN * 2 ** (len(self.steps) - 1)) * loss)
-            return lowest / reach, "below"
+            lowest = min(self.steps, key=lambda s: s.rate)
+            nearest, farthest = lowest.rate / ratio ** EDGE_DOWN * loss, lowest.rate / 2
+            if crossing is not None:  # below where the shares measured put the target, within that reach
+                yield min(nearest, max(farthest, crossing / ratio ** 0.5)), "below"
+            reach = lowest.rate / min(2.0, ratio ** (EDGE_DOWN * 2 ** (len(self.steps) - 1)) * loss)
+            goodput = lowest.rate * lowest.met / max(1, lowest.requests) * 100.0 / self.target
+            yield min(reach, max(farthest, goodput)), "below"  # at most the rate its goodput would meet the target
+            return
         up = low * ratio ** EDGE_UP  # a failure here would finish the search
         if undecided and up <= undecided[-1] * ratio ** RESUME_SHARE:
             # an undecided step too far above the floor for a failure to finish it: a hold closer below it
-            below = undecided[0] / ratio ** (1 - START_SHARE)
-            return (below, "below") if below > top else (math.sqrt(top * undecided[0]), "between")
+            yield undecided[0] / ratio ** (1 - START_SHARE), "below"
         if high is None:  # above the floor; beyond the start, twice as far (log scale) each time, at most doubling
             beyond = sum(s.rate > self.start_rate for s in held)
             reach = min(2.0, ratio ** (EDGE_UP * 2 ** max(0, beyond - 1)))
-            return max(low * reach, top * ratio ** START_SHARE,
-                       undecided[-1] * ratio ** 0.5 if undecided else 0.0), "above"
-        if top < up < high and high / low <= ratio ** 2:
-            return up, "above"
-        down = high / ratio ** EDGE_DOWN / loss  # a hold here (its floor a little below it) would finish it
-        if top < down < high and high / low <= ratio ** 2:
-            return down, "below"
-        if undecided and undecided[0] / top < high / undecided[-1]:
-            return math.sqrt(undecided[-1] * high), "between"
-        return math.sqrt(top * (undecided[0] if undecided else high)), "between"
+            yield max(low * reach, top * ratio ** START_SHARE,
+                      undecided[-1] * ratio ** 0.5 if undecided else 0.0), "above"
+            return
+        if high / low <= ratio ** 2 or undecided:
+            yield up, "above"
+            yield high / ratio ** EDGE_DOWN / loss, "below"  # a hold here (its floor a little below it) finishes it
+        if crossing is not None and top < crossing < high:  # either side of it, the wider gap first
+            sides = [(crossing * ratio ** 0.5, "above"), (crossing / ratio ** 0.5, "below")]
+            yield from (sides if high / crossing > crossing / top else sides[::-1])
+        gaps = [(top, undecided[0] if undecided else high), (undecided[-1] if undecided else top, high)]
+        for a, b in sorted(gaps, key=lambda gap: gap[0] / gap[1]):  # the wider gap first
+            yield math.sqrt(a * b), "between"
+
+    def crossing(self) -> float | None:
+        """Where the share of requests meeting the SLO crosses the target, by linear interpolation between the
+        highest rate whose measured share reached it and the lowest above that did not (or, when none reached it,
+        extrapolation from the two lowest rates); None without two such shares strictly between 0 and 100 %."""
+        shares = sorted((s.rate, 100.0 * s.met / s.requests) for s in self.steps if s.requests)
+        reached = [(r, p) for r, p in shares if p >= self.target]
+        if reached:
+            a = reached[-1]
+            above = [(r, p) for r, p in shares if r > a[0] and p < self.target]
+            if not above:
+                return None
+            b = above[0]
+        elif len(shares) >= 2:
+            a, b = shares[0], shares[1]
+        else:
+            return None
+        if a[1] <= b[1] or min(a[1], b[1]) <= 0.0 or max(a[1], b[1]) >= 100.0:
+            return None  # no fall in the share to go by, or one from (or to) a share it could have kept further
+        return a[0] + (a[1] - self.target) / (a[1] - b[1]) * (b[0] - a[0])
 
     def add(self, probe: Probe, look: Look) -> Step:
         """Add what the cell of ``probe`` measured and decide its step again."""
