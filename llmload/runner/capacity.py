@@ -165,13 +165,16 @@ class CapacitySearch:
         return [(s.rate, s.decided) for s in self.steps]
 
     def has_looks(self, step: Step) -> bool:
-        """Whether ``step`` may take another look: undecided, not futile, and under ``--capacity-looks``."""
+        """Whether ``step`` may take another look: undecided, not futile (some look it has left could decide it),
+        and under ``--capacity-looks``."""
         return step.decision == UNDECIDED and not step.futile and len(step.looks) < self.budget.looks
 
     def next_probe(self) -> Probe | None:
         """The next cell to run, or None when the search is over (:attr:`stopped` says why)."""
         current = self.current
-        if current is not None and self.has_looks(current):
+        if current is not None and self.has_looks(current) and could_decide(
+                current.met, current.requests, self.sizes[len(current.looks)] - self.warmup, self.target,
+                self.budget.alpha):
             return self._probe(current, "more")
         _, low, high = self.estimate
         if high is not None and low > 0 and high / low <= self.ratio:
@@ -190,11 +193,12 @@ class CapacitySearch:
                 if self.has_looks(near[0]):
                     return self._probe(near[0], "resume")
                 continue  # a rate already decided (or out of looks)
+            if round_rate(rate) <= 0 or any(s.rate == round_rate(rate) for s in self.steps):
+                continue  # the rates' rounding leaves it no new rate
             if len(self.steps) >= self.budget.steps:
                 self.stopped = f"--capacity-steps {self.budget.steps} rates tried"
                 return None
-            if round_rate(rate) > 0:
-                return Probe(round_rate(rate), 0, self.sizes[0], why)
+            return Probe(round_rate(rate), 0, self.sizes[0], why)
         self.stopped = "no new rate between the bounds the steps set"
         return None
 

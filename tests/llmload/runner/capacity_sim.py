@@ -47,11 +47,12 @@ def open_loop(server: SlotServer, rate: float, n: int, rng: np.random.Generator,
     return out
 
 
-def closed_loop(server: SlotServer, users: int, n: int, rng: np.random.Generator, think_s: float = 0.001
-                ) -> list[RequestResult]:
-    """``n`` requests from ``users`` users, each sending its next one when its last one ends."""
+def closed_loop(server: SlotServer, users: int, n: int, rng: np.random.Generator, think_s: float = 0.001,
+                spawn_s: float = 0.0) -> list[RequestResult]:
+    """``n`` requests from ``users`` users (started evenly over ``spawn_s``), each sending its next one when its
+    last one ends."""
     server.free[:] = 0.0
-    ready = 1000.0 + np.abs(rng.normal(0.0, 0.002, users))  # when each user sends next
+    ready = 1000.0 + np.arange(users) * spawn_s / users + np.abs(rng.normal(0.0, 0.002, users))  # next sends
     out = []
     for i in range(n):
         user = int(np.argmin(ready))
