@@ -22,9 +22,11 @@ which both assume. A held step shows that the server kept up with its rate up
 to that bound: the rate less the bound is the step's *floor*.
 
 Error budget (:class:`Budget`): a wrong decision is a hold (or a floor) above
-the capacity, or a failure below it. Each test at each look gets
-``alpha = (1 - confidence) / (steps x looks x tests)``, so by the union bound
-all the decisions of a search are right with probability at least
+the capacity, or a failure below it. Each test at look ``k`` of the ``j``-th
+step gets ``alpha = (1 - confidence) x spent(j) x spent(k) / tests``, shares
+fixed in advance that sum to 1 over the steps and looks (``halving``: 1/2, 1/4,
+...; records written before it: ``uniform``, ``1 / (steps x looks)``), so by the
+union bound all the decisions of a search are right with probability at least
 ``confidence``; then, if the share of requests meeting the SLO falls as the
 rate rises, the capacity lies between the highest floor of a held step and the
 lowest rate that failed: that is the capacity's interval.
@@ -55,6 +57,8 @@ MIN_GROWTH = 1.0
 #: the server's waiting requests.
 TESTS_PER_LOOK = 3
 HELD, FAILED, UNDECIDED = "held", "failed", "undecided"
+#: How :class:`Budget` splits the error budget over steps and looks (records before the split: uniform).
+HALVING, UNIFORM = "halving", "uniform"
 
 
 def attainment_bounds(met: int, n: int, alpha: float) -> tuple[float, float]:
@@ -73,22 +77,44 @@ def requests_to_hold(target: float, alpha: float) -> float:
     return math.ceil(math.log(alpha) / math.log(target / 100.0))
 
 
+def spent(index: int, count: int, spending: str) -> float:
+    """The share of a budget the ``index``-th (0 = first) of ``count`` steps or looks gets: ``uniform``, 1 / count;
+    ``halving``, half of what the ones before left, the last one all of it (1/2, 1/4, ..., 1/2^(count-1), the same
+    again), so that the shares sum to 1."""
+    if spending == UNIFORM:
+        return 1.0 / count
+    return 0.5 ** min(index + 1, count - 1)
+
+
 @dataclass(frozen=True)
 class Budget:
-    """How the search's error probability ``1 - confidence`` is split over its steps, looks and tests."""
+    """How the search's error probability ``1 - confidence`` is split over its steps, looks and tests: each test
+    at look ``k`` of the ``j``-th step opened gets ``(1 - confidence) x spent(j) x spent(k) / tests``. The shares
+    are fixed before anything is measured and sum to 1 over steps and looks, so the union bound holds (a weighted
+    Bonferroni split); ``halving`` gives the first steps and looks, where a search decides most, the most."""
 
     steps: int
     looks: int
     confidence: float = CONFIDENCE
     tests: int = TESTS_PER_LOOK
+    spending: str = HALVING
+
+    def alpha_at(self, step: int, look: int) -> float:
+        """The level of each test at look ``look`` of step ``step`` (both 0 = the first)."""
+        return ((1.0 - self.confidence) * spent(step, self.steps, self.spending)
+                * spent(look, self.looks, self.spending) / self.tests)
+
+    def alphas(self, step: int) -> list[float]:
+        """The levels of the looks of step ``step``, in order."""
+        return [self.alpha_at(step, k) for k in range(self.looks)]
 
     @property
     def alpha(self) -> float:
-        """The level of each test at each look."""
-        return (1.0 - self.confidence) / (self.steps * self.looks * self.tests)
+        """The smallest level of any test (the last step's last look)."""
+        return self.alpha_at(self.steps - 1, self.looks - 1)
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "alpha": self.alpha}
+        return {**asdict(self), "alpha": self.alpha, "first_alpha": self.alpha_at(0, 0)}
 
 
 def look_sizes(requests: int, looks: int, warmup: int, target: float, alpha: float) -> list[int]:
@@ -261,13 +287,16 @@ class Decision:
     floor: float | None = None
 
 
-def decide(rate: float, looks: Sequence[Look], target: float, alpha: float, max_lag_ms: float | None) -> Decision:
-    """The decision on the step at ``rate`` (see the module docstring)."""
+def decide(rate: float, looks: Sequence[Look], target: float, alphas: Sequence[float] | float,
+           max_lag_ms: float | None) -> Decision:
+    """The decision on the step at ``rate`` (see the module docstring): each look's tests at that look's level
+    (``alphas[k]``, or one ``alpha`` for all), the attainment of all its requests at the last look's."""
+    levels = [alphas] * len(looks) if isinstance(alphas, (int, float)) else list(alphas)[:len(looks)]
     met, n = sum(x.met for x in looks), sum(x.requests for x in looks)
-    bounds = low, high = attainment_bounds(met, n, alpha)
+    bounds = low, high = attainment_bounds(met, n, levels[-1] if levels else 1.0)
     if n == 0:
         return Decision(FAILED, "nothing measured", bounds)
-    for look in looks:
+    for look, alpha in zip(looks, levels):
         if max_lag_ms is not None and look.lag_p99_ms is not None and look.lag_p99_ms > max_lag_ms:
             return Decision(FAILED, f"dispatch lag p99 {look.lag_p99_ms:.0f} ms > {max_lag_ms:g} ms", bounds)
         for t in look.trends:
@@ -278,7 +307,8 @@ def decide(rate: float, looks: Sequence[Look], target: float, alpha: float, max_
         return Decision(FAILED, f"attainment <= {high:.1f} % < {target:g} %", bounds)
     if low < target:
         return Decision(UNDECIDED, f"attainment in [{low:.1f}, {high:.1f}] % around {target:g} %", bounds)
-    growth = [b for x in looks for t in x.trends if t.series == "backlog" and (b := t.slope_high(alpha)) is not None]
+    growth = [b for x, alpha in zip(looks, levels) for t in x.trends
+              if t.series == "backlog" and (b := t.slope_high(alpha)) is not None]
     if not growth:
         return Decision(UNDECIDED, f"attainment >= {low:.1f} %, but too few requests to test the queue", bounds)
     floor = rate - max(0.0, min(growth))
@@ -315,10 +345,10 @@ def interval_at(entry: dict, confidence: float) -> tuple[float, float | None]:
     """A ``capacity.jsonl`` search's interval at another confidence, its steps decided again at that level."""
     rule = entry.get("budget") or {}
     budget = Budget(int(rule.get("steps") or 1), int(rule.get("looks") or 1), confidence,
-                    int(rule.get("tests") or TESTS_PER_LOOK))
+                    int(rule.get("tests") or TESTS_PER_LOOK), rule.get("spending") or UNIFORM)
     target = float(entry.get("slo_target") or 0.0)
     decided = [(float(s["rate"]), decide(float(s["rate"]), [Look.from_dict(x) for x in s.get("looks") or []],
-                                         target, budget.alpha, entry.get("max_lag_ms")))
-               for s in entry.get("steps") or [] if s.get("rate") is not None]
+                                         target, budget.alphas(int(s.get("index", j))), entry.get("max_lag_ms")))
+               for j, s in enumerate(entry.get("steps") or []) if s.get("rate") is not None]
     _, low, high = capacity_estimate(decided)
     return low, high

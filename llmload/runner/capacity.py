@@ -40,9 +40,9 @@ Each search is one line of ``capacity.jsonl`` (:meth:`CapacitySearch.entry`):
      "capacity_rps": float | None, "ci_low": float, "ci_high": float | None, "confidence": 0.95,
      "bracket": [highest held, lowest not held | None], "saturation_rps": float | None,
      "start": {"rate", "low", "high", "completions", "span_s"} | None, "ci_target_pct": 5.0,
-     "half_width_pct": float | None, "stopped": "why the search ended", "look_sizes": [int, ...],
-     "budget": {"steps", "looks", "tests", "confidence", "alpha"},
-     "steps": [{"rate", "why", "requests", "met", "attainment", "attainment_low", "attainment_high", "decision",
+     "half_width_pct": float | None, "stopped": "why the search ended",
+     "budget": {"steps", "looks", "tests", "confidence", "spending", "alpha", "first_alpha"},
+     "steps": [{"rate", "why", "index", "sizes": [int, ...], "requests", "met", "attainment", "attainment_low", "attainment_high", "decision",
                 "reason", "floor", "futile", "goodput", "lag_p99_ms", "prefix", "looks": [{"requests", "met",
                 "lag_p99_ms", "goodput", "prefix", "trends": [{"series", "p_value", "growth", "slope", "bins",
                 "fit_slope", "fit_se", "span"}]}]}]}
@@ -65,7 +65,7 @@ from monitors.sampler import MonitorError, read_monitor
 #: Default ``--capacity-ci``: the search stops once the capacity's interval is within +- this percent of its centre.
 CI_PCT = 5.0
 #: The first step: below the start estimate by this share of the target ratio (log scale).
-START_SHARE = 0.2
+START_SHARE = 0.1
 #: An edge step's distance from the bound it would finish the search with, as a share of the target ratio (log
 #: scale): above a floor (a failure there finishes it), below a failed rate (a hold there does, its floor allowed
 #: for).
@@ -96,6 +96,7 @@ class Step:
 
     rate: float
     why: str = ""
+    index: int = 0  # the order it was opened in (0 = first): its share of the error budget
     looks: list[Look] = field(default_factory=list)
     decided: Decision = Decision(UNDECIDED, "", (0.0, 100.0))
     futile: bool = False
@@ -115,7 +116,7 @@ class Step:
     def record(self) -> dict:
         lags = [x.lag_p99_ms for x in self.looks if x.lag_p99_ms is not None]
         last = self.looks[-1] if self.looks else None
-        return {"rate": self.rate, "why": self.why, "requests": self.requests, "met": self.met,
+        return {"rate": self.rate, "why": self.why, "index": self.index, "requests": self.requests, "met": self.met,
                 "attainment": 100.0 * self.met / self.requests if self.requests else None,
                 "attainment_low": self.decided.bounds[0], "attainment_high": self.decided.bounds[1],
                 "decision": self.decision, "reason": self.decided.reason, "floor": self.decided.floor,
@@ -151,10 +152,9 @@ class CapacitySearch:
         w = self.ci_pct / 100.0
         return (1.0 + w) / (1.0 - w)
 
-    @property
-    def sizes(self) -> list[int]:
-        """Requests each look of a step sends."""
-        return look_sizes(self.requests, self.budget.looks, self.warmup, self.target, self.budget.alpha)
+    def sizes(self, index: int) -> list[int]:
+        """Requests each look of the ``index``-th step sends."""
+        return look_sizes(self.requests, self.budget.looks, self.warmup, self.target, self.budget.alpha_at(index, 0))
 
     @property
     def start_rate(self) -> float:
@@ -173,8 +173,8 @@ class CapacitySearch:
         """The next cell to run, or None when the search is over (:attr:`stopped` says why)."""
         current = self.current
         if current is not None and self.has_looks(current) and could_decide(
-                current.met, current.requests, self.sizes[len(current.looks)] - self.warmup, self.target,
-                self.budget.alpha):
+                current.met, current.requests, self.sizes(current.index)[len(current.looks)] - self.warmup,
+                self.target, self.budget.alpha_at(current.index, len(current.looks))):
             return self._probe(current, "more")
         _, low, high = self.estimate
         if high is not None and low > 0 and high / low <= self.ratio:
@@ -198,12 +198,12 @@ class CapacitySearch:
             if len(self.steps) >= self.budget.steps:
                 self.stopped = f"--capacity-steps {self.budget.steps} rates tried"
                 return None
-            return Probe(round_rate(rate), 0, self.sizes[0], why)
+            return Probe(round_rate(rate), 0, self.sizes(len(self.steps))[0], why)
         self.stopped = "no new rate between the bounds the steps set"
         return None
 
     def _probe(self, step: Step, why: str) -> Probe:
-        return Probe(step.rate, len(step.looks), self.sizes[len(step.looks)], why)
+        return Probe(step.rate, len(step.looks), self.sizes(step.index)[len(step.looks)], why)
 
     def _candidates(self) -> Iterator[tuple[float, str]]:
         """The rates the next step could take, best first, and why (see the module docstring)."""
@@ -218,7 +218,7 @@ class CapacitySearch:
         top = max((s.rate for s in held), default=0.0)
         undecided = sorted(s.rate for s in self.steps if s.decision == UNDECIDED and s.rate > top
                            and (high is None or s.rate < high))
-        loss = 1.0 - 1.0 / max(2, self.sizes[0] - self.warmup - FLOOR_SETTLE)
+        loss = 1.0 - 1.0 / max(2, self.sizes(len(self.steps))[0] - self.warmup - FLOOR_SETTLE)
         crossing = self.crossing()
         if not held:  # below the lowest rate tried, twice as far (log scale) as the last time, at most halving
             lowest = min(self.steps, key=lambda s: s.rate)
@@ -273,13 +273,14 @@ class CapacitySearch:
         """Add what the cell of ``probe`` measured and decide its step again."""
         step = next((s for s in self.steps if s.rate == probe.rate), None)
         if step is None:
-            step = Step(probe.rate, probe.why)
+            step = Step(probe.rate, probe.why, len(self.steps))
             self.steps.append(step)
         step.looks.append(look)
-        step.decided = decide(step.rate, step.looks, self.target, self.budget.alpha, self.max_lag_ms)
-        left = sum(n - self.warmup for n in self.sizes[len(step.looks):])
+        alphas = self.budget.alphas(step.index)
+        step.decided = decide(step.rate, step.looks, self.target, alphas, self.max_lag_ms)
+        left = sum(n - self.warmup for n in self.sizes(step.index)[len(step.looks):])
         step.futile = step.decision == UNDECIDED and not could_decide(step.met, step.requests, left, self.target,
-                                                                      self.budget.alpha)
+                                                                      alphas[-1])
         self.current = step
         return step
 
@@ -302,8 +303,9 @@ class CapacitySearch:
                 "max_lag_ms": self.max_lag_ms, "capacity_rps": value, "ci_low": low, "ci_high": high,
                 "confidence": self.budget.confidence, "bracket": [held, not_held], "saturation_rps": self.saturation,
                 "start": self.start.to_dict() if self.start is not None else None, "ci_target_pct": self.ci_pct,
-                "half_width_pct": self.half_width_pct, "stopped": self.stopped, "look_sizes": self.sizes,
-                "budget": self.budget.to_dict(), "steps": [step.record() for step in self.steps]}
+                "half_width_pct": self.half_width_pct, "stopped": self.stopped,
+                "budget": self.budget.to_dict(),
+                "steps": [{**step.record(), "sizes": self.sizes(step.index)} for step in self.steps]}
 
     def describe(self) -> str:
         """``20.1 req/s [19.5, 20.6] (95 %, +-2.8 %; held 19.5, not held 20.6; start 20.0 req/s; 2 steps, 2 cells;

@@ -97,11 +97,12 @@ def test_find_capacity_of_a_server_of_known_capacity(tmp_path, server_factory):
     assert abs(value / known - 1) <= 0.10, (value, entry["steps"])
     assert abs(entry["start"]["rate"] / known - 1) <= 0.05 and entry["ci_target_pct"] == 5.0
     assert entry["stopped"] in ("the interval is within +-5 %", "--capacity-steps 6 rates tried"), entry["stopped"]
-    assert entry["look_sizes"][0] == 70  # a hold needs 70 requests, all meeting the SLO, at alpha = 0.05 / 72
+    # a hold needs 53 requests, all meeting the SLO, at the first step's first look (alpha = 0.05 / 2 / 2 / 3)
+    assert entry["steps"][0]["sizes"][0] == 53
     assert (entry["server"], entry["task"], entry["slo"], entry["slo_target"], entry["confidence"]) == (
         "known", "qa", {"e2e": 400.0}, 90.0, 0.95)
-    assert entry["budget"] == {"steps": 6, "looks": 4, "confidence": 0.95, "tests": 3,
-                               "alpha": pytest.approx(0.05 / 72)}
+    assert entry["budget"] == {"steps": 6, "looks": 4, "confidence": 0.95, "tests": 3, "spending": "halving",
+                               "alpha": pytest.approx(0.05 / 32 / 8 / 3), "first_alpha": pytest.approx(0.05 / 12)}
     cells = read_cells(run_dir)
     saturation, steps = cells[0], cells[1:]
     assert saturation.phase == "capacity" and saturation.rate is None and saturation.concurrency == 40
@@ -113,7 +114,7 @@ def test_find_capacity_of_a_server_of_known_capacity(tmp_path, server_factory):
         assert step["decision"] in ("held", "failed", "undecided") and step["reason"]
         assert step["attainment_low"] <= step["attainment"] <= step["attainment_high"]
         assert step["requests"] == sum(x["requests"] for x in step["looks"])
-        assert [x["requests"] for x in step["looks"]] == entry["look_sizes"][:len(step["looks"])]
+        assert [x["requests"] for x in step["looks"]] == step["sizes"][:len(step["looks"])]
         if step["decision"] == "held":  # a short step just past 20 req/s may hold, but its floor stays below
             assert step["floor"] <= known
         if step["decision"] == "failed":
