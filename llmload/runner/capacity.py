@@ -218,14 +218,14 @@ class CapacitySearch:
         top = max((s.rate for s in held), default=0.0)
         undecided = sorted(s.rate for s in self.steps if s.decision == UNDECIDED and s.rate > top
                            and (high is None or s.rate < high))
-        loss = 1.0 - 1.0 / max(2, self.sizes(len(self.steps))[0] - self.warmup - FLOOR_SETTLE)
+        loss = 1.0 - 1.0 / max(10, self.sizes(len(self.steps))[0] - self.warmup - FLOOR_SETTLE)
         crossing = self.crossing()
         if not held:  # below the lowest rate tried, twice as far (log scale) as the last time, at most halving
             lowest = min(self.steps, key=lambda s: s.rate)
-            nearest, farthest = lowest.rate / ratio ** EDGE_DOWN * loss, lowest.rate / 2
+            nearest, farthest = lowest.rate / ratio ** EDGE_DOWN, lowest.rate / 2
             if crossing is not None:  # below where the shares measured put the target, within that reach
                 yield min(nearest, max(farthest, crossing / ratio ** 0.5)), "below"
-            reach = lowest.rate / min(2.0, ratio ** (EDGE_DOWN * 2 ** (len(self.steps) - 1)) * loss)
+            reach = lowest.rate / min(2.0, ratio ** (EDGE_DOWN * 2 ** (len(self.steps) - 1)))
             goodput = lowest.rate * lowest.met / max(1, lowest.requests) * 100.0 / self.target
             yield min(reach, max(farthest, goodput)), "below"  # at most the rate its goodput would meet the target
             return

@@ -251,6 +251,10 @@ def test_the_placement_follows_the_shares_measured():
     none = CapacitySearch(10.0, 90.0, BUDGET, ci_pct=5.0)
     none.add(Probe(10.0, 0), Look(70, 0, trends=[steady()]))
     assert none.crossing() is None and none.next_probe().rate == 5.0
+    # a step too short to test its queue (undecided, nothing held yet): the next one still goes below it
+    short = CapacitySearch(4.6, 50.0, Budget(steps=2, looks=1), requests=8)
+    short.add(Probe(4.6, 0), Look(8, 8))
+    assert short.steps[0].decision == UNDECIDED and short.next_probe().rate < 4.6
 
 
 def test_a_server_that_holds_beyond_its_start_goes_up_ever_faster_and_says_no_rate_failed():
