@@ -5,29 +5,34 @@ bound that would finish it (docs/runner.md, "The capacity search"):
 
 * It stops once the capacity's interval [lo, hi] is within +-``--capacity-ci``
   percent of its centre, i.e. ``hi / lo <= ratio = (1 + w) / (1 - w)``; or after
-  ``--capacity-steps`` rates; or when the rates' rounding leaves no new one.
-* The first step is at the saturation throughput estimate
-  (:func:`llmload.core.sequential.saturation_throughput`, the closed loop's
-  completion rate) less a quarter of the target ratio (:data:`START_SHARE`),
-  or at its interval's low end where that is closer.
-* Once a step held, the next one goes above it, at the highest rate whose
-  failure would finish the search (its floor x ``ratio ** EDGE_UP``); once a
-  step failed and none held below it, the next one goes below it, at the lowest
-  rate whose hold would finish it (:data:`EDGE_DOWN`, with the floor's expected
-  loss). While every step failed (held), each next one goes twice as far on
-  the log scale as the last, at most halving (doubling) the rate. Between a
-  held step and a failed one that are too far apart for an edge to finish, the
-  next step bisects them (geometric middle), on the side of any undecided step
-  that leaves the wider gap.
+  ``--capacity-steps`` rates; or when no new rate is left between the bounds.
+* The first step is at the saturation run's completion rate
+  (:func:`llmload.core.sequential.saturation_throughput`) less a tenth of the
+  target ratio (:data:`START_SHARE`), or at that rate's interval's low end where
+  that is closer.
+* Once a step held and none failed above it, the next goes above it, at the
+  highest rate whose failure would finish the search (the floor x ``ratio **
+  EDGE_UP``; beyond the start, twice as far each time on the log scale, at most
+  doubling). While nothing held, the next goes below the lowest rate tried,
+  twice as far as the last time (at most halving), or below where the shares
+  measured cross the target (:meth:`CapacitySearch.crossing`), and no higher than
+  the rate at which the lowest step's goodput would meet the target. Between a
+  held and a failed step: first the edges that would finish the search (above
+  the floor; below the failed rate, the floor's expected loss allowed for), then
+  either side of the shares' crossing, then the geometric middle of the wider gap
+  (undecided steps split the bracket).
 * Each rate is a *step* of up to ``--capacity-looks`` cells: the first sends at
   least the requests a hold needs (:func:`llmload.core.sequential.look_sizes`),
   each later one twice the one before, and after each the step is decided by
   :func:`llmload.core.sequential.decide` on all its requests so far (held,
-  failed, or undecided: one more look). A step stops early, undecided, when
-  no look it has left could decide it at the share it measured
-  (:func:`llmload.core.sequential.could_decide`); a later candidate rate within
-  :data:`RESUME_SHARE` of the target ratio from a step that still has looks
-  reuses that step (its next look, its requests so far counted).
+  failed, or undecided). An undecided step takes its next look only if that
+  look could decide it at the share measured (:func:`llmload.core.sequential.
+  could_decide`); otherwise the search places another step, and comes back to it
+  (its requests so far counted) when a later candidate rate falls within
+  :data:`RESUME_SHARE` of the target ratio of it. A step none of whose looks
+  left could decide it is futile and never resumed.
+* The error budget is the :class:`llmload.core.sequential.Budget`'s: the
+  ``j``-th step opened and its ``k``-th look get shares fixed in advance.
 * An undecided step counts as not held for the placement and bounds nothing.
   The capacity is the middle of [highest held, lowest not held]; its interval
   is [highest floor of a held step, lowest failed], a held step's floor being
@@ -232,7 +237,7 @@ class CapacitySearch:
         up = low * ratio ** EDGE_UP  # a failure here would finish the search
         if undecided and up <= undecided[-1] * ratio ** RESUME_SHARE:
             # an undecided step too far above the floor for a failure to finish it: a hold closer below it
-            yield undecided[0] / ratio ** (1 - START_SHARE), "below"
+            yield undecided[0] / ratio ** EDGE_DOWN, "below"
         if high is None:  # above the floor; beyond the start, twice as far (log scale) each time, at most doubling
             beyond = sum(s.rate > self.start_rate for s in held)
             reach = min(2.0, ratio ** (EDGE_UP * 2 ** max(0, beyond - 1)))
