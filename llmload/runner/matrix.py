@@ -25,14 +25,14 @@ from llmload.core.paths import RESULTS_DIR, dataset_path
 from llmload.core.points import Point
 from llmload.core.otlp import SpanReceiver
 from llmload.core.runfiles import SPANS, Cell, append_capacity, append_cell, write_manifest
-from llmload.core.sequential import Budget
+from llmload.core.sequential import Budget, Throughput, saturation_throughput
 from llmload.loadgen.options import TRACE_SHAPING
 from llmload.runner.capacity import CapacitySearch, look_of, search_cells
 from llmload.runner.cell import CellResult, CellRunner, LoadOptions
 from llmload.runner.convergence import HEADLINE, MIN_REPEATS, converged, half_widths, widths_text
 from llmload.runner.interrupts import Interrupted, StopSignal
 from llmload.runner.manifest import git_commit, machine, versions
-from llmload.runner.options import RunnerSettings, step_requests
+from llmload.runner.options import RunnerSettings
 from llmload.runner.plan import Plan
 from llmload.runner.progress import Progress, cell_label, figures
 from llmload.runner.schedule import Job, Order
@@ -279,18 +279,19 @@ class Runner:
             return []
         jobs = [self.level_job(p) for p in plan.sweep_points(server, task, mode, saturation)] if plan.sweep else []
         if plan.find_capacity:
-            jobs.append(Job(server, self.capacity_steps(server, task, mode, saturation), plan.capacity_cells))
+            start = saturation_throughput(result.results)
+            jobs.append(Job(server, self.capacity_steps(server, task, mode, saturation, start), plan.capacity_cells))
         return jobs
 
-    def capacity_steps(self, server: str, task: str, mode: str, saturation: float):
-        """The capacity search's cells; the search (finished or not) is appended to ``capacity.jsonl``."""
+    def capacity_steps(self, server: str, task: str, mode: str, saturation: float, start: Throughput | None):
+        """The capacity search's cells, from the saturation run's throughput; the search (finished or not) is
+        appended to ``capacity.jsonl``."""
         plan, args = self.plan, self.options
-        sizes = step_requests(args.requests, plan.capacity_looks)
         search = CapacitySearch(saturation, args.slo_target, Budget(plan.capacity_steps, plan.capacity_looks),
-                                args.max_lag * 1000.0)
+                                args.max_lag * 1000.0, args.capacity_ci, args.requests, args.warmup, start)
         try:
             yield from search_cells(
-                search, lambda probe: plan.step_cell(server, task, mode, probe.rate, probe.look, sizes[probe.look]),
+                search, lambda probe: plan.step_cell(server, task, mode, probe.rate, probe.look, probe.requests),
                 lambda cell, result: look_of(cell, result.results, result.summary, self.run_dir))
         finally:
             with self.stop.deferred():

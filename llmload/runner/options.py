@@ -43,6 +43,7 @@ from llmload.runner.schedule import ORDERS
 from llmload.targets import DEFAULT_SERVERS, ServerSelection, Target, TargetSettings, choose_servers
 from llmload.tasks import DatasetError, default_task_names, task_names
 from llmload.tasks.traces import check_lengths, offsets, read_trace
+from llmload.runner.capacity import CI_PCT as CAPACITY_CI
 
 #: The full comparison (``make compare``); ``--quick`` replaces some of it with :data:`QUICK`.
 #: Sized for its headline ratios, vLLM's output tok/s over each basic engine's at 8 users, per task: their 95 %
@@ -146,15 +147,20 @@ class LevelOptions:
                                      "then run N rates evenly spaced up to it (saturation x 1/N, 2/N, ..., 1), as "
                                      "GuideLLM's sweep does", type=positive_int, metavar="N")
     find_capacity: bool = option(False, "per server, task and mode: the highest rate whose SLO attainment stays at "
-                                        "or above --slo-target with dispatch lag p99 under --max-lag, by bisection "
-                                        "from the saturation throughput (needs --slo; written to capacity.jsonl with "
-                                        "its bracket)", action="store_true")
+                                        "or above --slo-target with dispatch lag p99 under --max-lag, searched from "
+                                        "the saturation throughput until its 95 %% interval is within --capacity-ci "
+                                        "(needs --slo; written to capacity.jsonl with its interval)",
+                                 action="store_true")
     capacity_steps: int = option(DEFAULT_CAPACITY_STEPS, "most rates one capacity search tries (default: "
                                                          "%(default)s)", type=positive_int, metavar="N")
     capacity_looks: int = option(DEFAULT_CAPACITY_LOOKS, "most cells one capacity step runs before it decides: "
-                                                         "--requests, then twice as many as the cell before, while "
-                                                         "the step is undecided (default: %(default)s)",
+                                                         "--requests (at least the requests a hold needs at "
+                                                         "--slo-target), then twice as many as the cell before, "
+                                                         "while the step is undecided (default: %(default)s)",
                                  type=positive_int, metavar="N")
+    capacity_ci: float = option(CAPACITY_CI, "a capacity search stops once the capacity's 95 %% interval is within "
+                                             "+-PCT %% of its centre (default: %(default)s)",
+                                type=percentage(include_100=False), metavar="PCT")
     slo: SLO | None = borrow(LoadSettings, "slo", note="; open-loop latencies count from the intended start")
     slo_target: float = option(DEFAULT_SLO_TARGET, "share of requests that must meet --slo for a rate to hold, shown "
                                                    "with 95 %% confidence (default: %(default)s %%)",
@@ -418,23 +424,12 @@ def trace_problem(settings: RunnerSettings) -> str | None:
     return None
 
 
-def step_requests(requests: int, looks: int) -> list[int]:
-    """Requests each look of a capacity step sends: --requests, then twice as many as the look before."""
-    return [requests * 2 ** k for k in range(looks)]
-
-
 def capacity_size_problem(settings: RunnerSettings) -> str | None:
-    """Why no capacity step could ever hold at these settings (too few requests for --slo-target), or None."""
+    """Why no capacity step could ever hold at these settings, or None: a step's first look sends at least the
+    requests a hold needs (:func:`llmload.core.sequential.look_sizes`), so only a target no count can show."""
     s = settings
-    budget = Budget(s.capacity_steps, s.capacity_looks)
-    most = sum(n - s.warmup for n in step_requests(s.requests, s.capacity_looks))
-    need = requests_to_hold(s.slo_target, budget.alpha)
-    if need <= most:
+    if requests_to_hold(s.slo_target, Budget(s.capacity_steps, s.capacity_looks).alpha) != float("inf"):
         return None
-    how = ("no number of requests can show it" if need == float("inf") else
-           f"it takes {need} measured requests, all meeting the SLO, and a step measures at most {most} "
-           f"(--requests {s.requests}, doubling over --capacity-looks {s.capacity_looks}"
-           + (f", less --warmup {s.warmup} per look)" if s.warmup else ")"))
     return (f"--find-capacity: a step holds once its attainment is shown >= --slo-target {s.slo_target:g} % "
             f"with {CONFIDENCE * 100:g} % confidence over {s.capacity_steps} steps x {s.capacity_looks} looks; "
-            f"{how}: raise --requests or --capacity-looks, or lower --slo-target")
+            "no number of requests can show it: lower --slo-target")

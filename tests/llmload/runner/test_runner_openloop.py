@@ -76,9 +76,10 @@ def test_a_sweep_runs_evenly_spaced_rates_up_to_the_saturation_throughput(tmp_pa
 def test_find_capacity_of_a_server_of_known_capacity(tmp_path, server_factory):
     """5 slots of 250 ms (230 ms to the first token, then one more 20 ms later) hold exactly 5 / 0.25 = 20 req/s.
 
-    Constant arrivals, an SLO of e2e <= 400 ms for 90 % of requests: the capacity's 95 % interval holds 20 and its
-    value is within 10 % of it; every step that failed was above 20 req/s, every one that held had its floor (its
-    rate less the bound on its queue's growth) below it.
+    Constant arrivals, an SLO of e2e <= 400 ms for 90 % of requests: the search starts from the saturation run's
+    completion rate (within 5 % of 20), the capacity's 95 % interval holds 20, its value is within 10 % of it, and
+    it stopped within the +-5 % asked or on its step budget; every step that failed was above 20 req/s, every one
+    that held had its floor (its rate less the bound on its queue's growth) below it.
     """
     slots, service_s = 5, 0.25
     known = slots / service_s
@@ -87,17 +88,21 @@ def test_find_capacity_of_a_server_of_known_capacity(tmp_path, server_factory):
     run_dir = tmp_path / "run"
     proc = run_runner(*base_args(tmp_path, "--find-capacity", "--slo", "e2e=400", "--slo-target", "90",
                                  "--requests", "40", "--pool", "40", "--max-tokens", "2", "--capacity-steps", "6",
-                                 "--capacity-looks", "4", "--max-lag", "100"),
+                                 "--capacity-looks", "4", "--max-lag", "100", "--capacity-ci", "5"),
                       "--servers", f"known={url}", merged=True, timeout=900)
     assert proc.returncode == 0, proc.stdout
     (entry,) = read_capacity(run_dir)
     value, low, high = entry["capacity_rps"], entry["ci_low"], entry["ci_high"]
     assert high is not None and low <= known <= high, (value, low, high, entry["steps"])
     assert abs(value / known - 1) <= 0.10, (value, entry["steps"])
+    assert abs(entry["start"]["rate"] / known - 1) <= 0.05 and entry["ci_target_pct"] == 5.0
+    assert entry["stopped"] in ("the interval is within +-5 %", "--capacity-steps 6 rates tried"), entry["stopped"]
+    # a hold needs 53 requests, all meeting the SLO, at the first step's first look (alpha = 0.05 / 2 / 2 / 3)
+    assert entry["steps"][0]["sizes"][0] == 53
     assert (entry["server"], entry["task"], entry["slo"], entry["slo_target"], entry["confidence"]) == (
         "known", "qa", {"e2e": 400.0}, 90.0, 0.95)
-    assert entry["budget"] == {"steps": 6, "looks": 4, "confidence": 0.95, "tests": 3,
-                               "alpha": pytest.approx(0.05 / 72)}
+    assert entry["budget"] == {"steps": 6, "looks": 4, "confidence": 0.95, "tests": 3, "spending": "halving",
+                               "alpha": pytest.approx(0.05 / 32 / 8 / 3), "first_alpha": pytest.approx(0.05 / 12)}
     cells = read_cells(run_dir)
     saturation, steps = cells[0], cells[1:]
     assert saturation.phase == "capacity" and saturation.rate is None and saturation.concurrency == 40
@@ -109,7 +114,7 @@ def test_find_capacity_of_a_server_of_known_capacity(tmp_path, server_factory):
         assert step["decision"] in ("held", "failed", "undecided") and step["reason"]
         assert step["attainment_low"] <= step["attainment"] <= step["attainment_high"]
         assert step["requests"] == sum(x["requests"] for x in step["looks"])
-        assert [x["requests"] for x in step["looks"]] == [40, 80, 160, 320][:len(step["looks"])]
+        assert [x["requests"] for x in step["looks"]] == step["sizes"][:len(step["looks"])]
         if step["decision"] == "held":  # a short step just past 20 req/s may hold, but its floor stays below
             assert step["floor"] <= known
         if step["decision"] == "failed":

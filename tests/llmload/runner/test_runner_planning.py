@@ -17,7 +17,8 @@ from llmload.runner.cell import CellRunner, LoadOptions
 from llmload.runner import matrix
 from llmload.runner.cli import parse_args
 from llmload.runner.matrix import Runner
-from llmload.runner.options import RunnerSettings, step_requests
+from llmload.core.sequential import look_sizes
+from llmload.runner.options import RunnerSettings
 from llmload.runner.plan import Plan, cell_prefix, round_rate, sweep_rates
 from llmload.runner.progress import Progress, cell_label, duration_text, figures
 from llmload.runner.schedule import Job, Order
@@ -49,7 +50,8 @@ def test_plan_cells_prefixes_and_counts():
     assert cell_prefix(Point("s", "chat", "sync", Load(4, 3.0), "capacity")) == "s/capacity/chat_sync_r3"
     look = plan.step_cell("s", "chat", "sync", 3.0, look=2, requests=96)
     assert (look.prefix, look.repeat, look.requests, look.concurrency) == ("s/capacity/chat_sync_r3_look3", 2, 96, 6)
-    assert step_requests(48, 5) == [48, 96, 192, 384, 768]
+    assert look_sizes(48, 5, 0, 90.0, 0.01) == [48, 96, 192, 384, 768]  # 44 requests, all met, show 90 %
+    assert look_sizes(16, 3, 2, 90.0, 0.01)[0] == 44 + 2  # a first look too small to hold is raised: 44 measured + 2 warm-up
     # with --target-ci a level may repeat up to --max-repeats, so its files carry _rep even from the first
     ci = Plan.from_settings(parse_args(["--servers", "mock", "--concurrency", "2", "--target-ci", "10"]))
     assert (ci.repeat, ci.max_repeats) == (1, 5)
