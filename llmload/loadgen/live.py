@@ -41,8 +41,8 @@ from dataclasses import dataclass, field
 from ddsketch import DDSketch
 
 from llmload.core.clienterror import ClockReading, figures_of, summary_block
-from llmload.core.metrics import (SKETCH_RELATIVE_ACCURACY, LiveStats, RequestMetrics, RequestResult, RunSummary,
-                                  sketch_from_bytes, sketch_to_bytes)
+from llmload.core.metrics import (SKETCH_RELATIVE_ACCURACY, UNREACHABLE, LiveStats, RequestMetrics, RequestResult,
+                                  RunSummary, sketch_from_bytes, sketch_to_bytes)
 from llmload.loadgen.histograms import TaskHistograms
 
 WINDOW_S = 10
@@ -54,7 +54,6 @@ HISTORY_S = 3600
 KEEP_S = 3 * WINDOW_S
 #: Most history points one snapshot adds when it catches up (a master whose workers report every 3 s).
 CATCH_UP_POINTS = 30
-UNREACHABLE = "unreachable"
 
 
 def _sketches() -> dict[str, DDSketch]:
