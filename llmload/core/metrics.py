@@ -518,9 +518,9 @@ class FailureTally:
                    data.get("retry_ok", 0), data.get("retry_wait_s", 0.0))
 
     def text(self) -> str:
-        """``3 rejected (429), 1 timeouts`` (the classes met), and the retries: for the summary line."""
+        """`` [3 rejected (429), 1 timeouts]`` (the classes met), and the retries: for the summary line."""
         parts = [f"{count} {FAILURE_CLASSES[kind][0]}" for kind, count in self.classes.items() if count]
-        text = f" ({', '.join(parts)})" if parts else ""
+        text = f" [{', '.join(parts)}]" if parts else ""
         if self.retried:
             text += (f", {self.retried} retried ({self.attempts} attempts, {self.retry_ok} ok after retry, "
                      f"{self.retry_wait_s:.1f} s waiting)")

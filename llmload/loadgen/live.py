@@ -278,6 +278,12 @@ class LiveBoard:
         now = time.time()
         return max(reach.so_far(now) for reach in self.reach.values())
 
+    def failure_counts(self) -> tuple[int, int]:
+        """(requests ended, of them failed) over every task so far, cancelled and warm-up requests left out: what
+        --max-error-rate watches (cheap: no sketch is merged)."""
+        judged = sum(s.requests - (s.cancelled or 0) for s in self.tasks.values())
+        return judged, sum(s.failures for s in self.tasks.values())
+
     def client_error(self, total: RunSummary | None = None) -> dict | None:
         """The run's client-error bound (its worst process's) against its TTFT p50 and ITL mean, with the flags
         (:func:`~llmload.core.clienterror.summary_block`). None before any probe sample."""
