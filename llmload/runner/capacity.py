@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import Any, Callable, Generator
 
 from llmload.core.metrics import SLO, RequestResult, RunSummary
-from llmload.core.runfiles import Cell
-from llmload.core.sequential import (UNDECIDED, Budget, Decision, Look, backlog, bracket, capacity_estimate, decide,
-                                     trend)
+from llmload.core.runfiles import ERROR_RATE, Cell
+from llmload.core.sequential import (FAILED, UNDECIDED, Budget, Decision, Look, backlog, bracket, capacity_estimate,
+                                     decide, trend)
 from llmload.runner.plan import round_rate
 from monitors.sampler import MonitorError, read_monitor
 
@@ -116,13 +116,16 @@ class CapacitySearch:
             return None  # the bracket is narrower than the rates' rounding
         return Probe(rate, 0)
 
-    def add(self, probe: Probe, look: Look) -> Step:
-        """Add what the cell of ``probe`` measured and decide its step again."""
+    def add(self, probe: Probe, look: Look, failed: str = "") -> Step:
+        """Add what the cell of ``probe`` measured and decide its step again (``failed``: why the step fails
+        whatever it measured)."""
         if probe.look == 0:
             self.steps.append(Step(probe.rate))
         step = self.steps[-1]
         step.looks.append(look)
         step.decided = decide(step.rate, step.looks, self.target, self.budget.alpha, self.max_lag_ms)
+        if failed:
+            step.decided = Decision(FAILED, failed, step.decided.bounds)
         return step
 
     @property
@@ -160,8 +163,14 @@ def search_cells(search: CapacitySearch, cell_for: Callable[[Probe], Any], look_
     while (probe := search.next_probe()) is not None:
         cell = cell_for(probe)
         result = yield cell
-        search.add(probe, look_for(cell, result))
+        search.add(probe, look_for(cell, result), failed_because(cell))
     return search
+
+
+def failed_because(cell: Any) -> str:
+    """Why the step of ``cell`` fails whatever its requests show: its load generator stopped it at
+    --max-error-rate (status error-rate); "" otherwise."""
+    return getattr(cell, "error", "") or ERROR_RATE if getattr(cell, "status", "") == ERROR_RATE else ""
 
 
 def look_of(cell: Cell, results: list[RequestResult], summary: RunSummary | None, run_dir: Path) -> Look:
