@@ -25,12 +25,11 @@ LATENCY = ("failure_latency_p50", "failure_latency_p99")
 FAILURE_COLUMNS = (["server", "task", "mode", "concurrency", "rate", "repeat", "phase", "status", "requests",
                     "failures", "failure_pct"] + [f"failed_{name}" for name in FAILURE_CLASSES]
                    + list(LATENCY) + list(RETRY_FIGURES))
-NOTE = ("Failures by class (from each request's status code and the client's flags: " +
-        "; ".join(f"{title}: {formula}" for title, formula in FAILURE_CLASSES.values()) +
-        "). They count as misses in the SLO attainment and the goodput, and are left out of every other latency "
-        "and of the throughputs; their own latency (first send to the error) is shown here, in ms. A retried request "
-        "(--retry) is one request: its latency counts from its first send, its waits included. `error-rate`: the "
-        "load generator stopped the cell early at --max-error-rate (its figures are kept, and it is in no ratio).")
+NOTE = ("Failed requests by class, from each one's status code and the client's flags (docs/metrics.md, "
+        "\"Failures\"). They count as misses in the SLO attainment and the goodput and are left out of every "
+        "other latency and of the throughputs; their own latency, first send to the error, is here. A retried "
+        "request (--retry) is one request, its latency from its first send, the waits included. `error-rate`: the "
+        "load generator stopped the cell early at --max-error-rate (its figures are kept; it is in no ratio).")
 
 
 @dataclass
