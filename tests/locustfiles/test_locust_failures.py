@@ -5,29 +5,18 @@ latencies apart from the successes'; --retry honours Retry-After and says what i
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-from locust_helpers import output, read_stats, run_locust, serving, write_prompts
+from locust_helpers import output, read_stats, run_locust, write_prompts
 from llmload.core.metrics import summarize
 from llmload.core.rawlog import read_results
 from llmload.core.services import free_port
 
 pytestmark = pytest.mark.integration
 
-FAULT_SERVER = Path(__file__).resolve().parents[1] / "llmload" / "core" / "fault_server.py"
 SLO_ARGS = ("--slo", "e2e=10000")  # every answer meets it: the goodput is the successes'
-
-
-@pytest.fixture(scope="module")
-def fault_server(tmp_path_factory):
-    port = free_port()
-    folder = tmp_path_factory.mktemp("fault-server")
-    with serving("fault server", [sys.executable, str(FAULT_SERVER), "--port", str(port)], port,
-                 folder / "server.log"):
-        yield f"http://127.0.0.1:{port}"
 
 
 def run(fault_server: str, prefix: Path, model: str, requests: int, *args: str):

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from locust_helpers import locust_command, output, read_failures, read_stats, run_locust, serving, write_prompts
+from locust_helpers import (FAULT_SERVER, locust_command, output, read_failures, read_stats, run_locust, serving,
+                            write_prompts)
 from llmload.core.metrics import failure_class
 from llmload.core.paths import REPO_ROOT
 from llmload.core.rawlog import read_results
@@ -23,7 +24,6 @@ from llmload.targets.basic import basic_server_command
 
 pytestmark = pytest.mark.integration
 
-FAULT_SERVER = Path(__file__).resolve().parents[1] / "llmload" / "core" / "fault_server.py"
 _spec = importlib.util.spec_from_file_location("loadgen_fault_server", FAULT_SERVER)
 _fault_module = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_fault_module)
@@ -37,15 +37,6 @@ EXPECTED = {
     "stall": "timed out after 1 s (--timeout)",
     "drop": "before the response ended (mid-stream)",
 }
-
-
-@pytest.fixture(scope="module")
-def fault_server(tmp_path_factory):
-    port = free_port()
-    folder = tmp_path_factory.mktemp("fault-server")
-    with serving("fault server", [sys.executable, str(FAULT_SERVER), "--port", str(port)], port,
-                 folder / "server.log"):
-        yield f"http://127.0.0.1:{port}"
 
 
 def test_every_fault_is_a_clear_failure_and_the_run_goes_on(fault_server, tmp_path):
