@@ -61,10 +61,11 @@ class Requests:
         slo = [r.slo_ok for r in self.measured]
         self.has_slo = any(s is not None for s in slo)
         self.slo_all = np.array([bool(s) for s in slo], dtype=float)
+        failed = [(i, request_metrics(r)) for i, r in enumerate(self.measured) if r.failed]
         self.values: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         for metric in METRICS:
             vals, owners = [], []
-            for i, m in zip(self.ok_index, self.metrics):
+            for i, m in (failed if metric.of_failures else zip(self.ok_index, self.metrics)):
                 got = metric.values(m)
                 vals.extend(got)
                 owners.extend([i] * len(got))

@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 from llmload.core.metrics import column_scale
 from llmload.core.stats import Interval
-from reports import content, cost, sections, steady
+from reports import content, cost, failures, sections, steady
 from reports.format import Part, Table, figure_text, ratio_text, title
 from reports.report import Report
 from reports.rows import RATIO_COLUMNS, Row
@@ -344,6 +344,11 @@ def capacity(report: Report) -> str:
 @RUN_SECTIONS.section("Warnings")
 def warnings(report: Report) -> str:
     return bullets(report.warnings)
+
+
+@RUN_SECTIONS.section(failures.TITLE, after="Warnings")
+def failure_section(report: Report) -> str:
+    return parts(failures.parts(report.failures), "failures")
 
 
 @RUN_SECTIONS.section("Repeats")

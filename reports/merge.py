@@ -28,7 +28,7 @@ from llmload.core.metrics import FIGURES, METRICS
 from monitors.sampler import PEAK_KEYS
 from reports.calibrate import add_calibration_options, applicable, find_calibration
 from reports.estimates import estimated
-from reports import cost, html, sections, steady
+from reports import cost, failures, html, sections, steady
 from reports.content import (CAPACITY_NOTE, LEAD, PREFIX_NOTE, REPEATS_NOTE, TURNS_NOTE, capacity_table,
                              flagged_tokens, identity, main_rows, missing_cells, order_table, prefix_table,
                              ratio_note, ratio_table, repeats_table, run_to_run_note, summary_table, tokens_note,
@@ -119,7 +119,8 @@ def build_report(run: RunData, baseline: str | None = None, tokenizer: str | Non
                   turns=sections.turn_rows(run), series=sections.server_series(run),
                   prefix=sections.prefix_rows(groups, run.prefix_caching, calibration),
                   steady=steady.steady_rows(run, rows), cost=cost.cost_rows(run, rows),
-                  capacity_cost=cost.capacity_cost_rows(run, rows), order=sections.order_rows(run))
+                  capacity_cost=cost.capacity_cost_rows(run, rows), order=sections.order_rows(run),
+                  failures=failures.failure_rows(rows))
 
 
 # --------------------------------------------------------------------------- writing
@@ -142,6 +143,7 @@ def markdown(report: Report) -> str:
                   ratio_table(report.ratios).markdown(), ""]
     if report.warnings:
         parts += ["## Warnings", ""] + [f"- {line}" for line in report.warnings] + [""]
+    parts += failures.lines(report.failures)
     parts += section_lines(report)
     parts += steady.lines(report.steady, figure_text)
     parts += cost.lines(report.cost, report.capacity_cost)
@@ -194,6 +196,7 @@ def write_report(report: Report, out_dir: Path) -> Path:
                                 ("steady.csv", report.steady, steady.STEADY_COLUMNS),
                                 ("cost.csv", report.cost, cost.COST_COLUMNS),
                                 ("capacity_cost.csv", report.capacity_cost, cost.CAPACITY_COST_COLUMNS),
+                                ("failures.csv", report.failures, failures.FAILURE_COLUMNS),
                                 ("order.csv", report.order, sections.ORDER_COLUMNS)):
         if rows:
             write_csv(out_dir / name, rows, columns)

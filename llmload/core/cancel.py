@@ -23,7 +23,7 @@ import random
 import re
 from dataclasses import dataclass
 
-from llmload.core.cliargs import number, parse_duration
+from llmload.core.cliargs import parse_duration
 
 #: The kinds of cancel point: after the send, after the first output chunk, after a number of output tokens.
 KINDS = ("send", "ttft", "tokens")
@@ -104,17 +104,6 @@ def cancel_after_text(text: str) -> str:
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return text.strip()
-
-
-_SHARE = "a share of requests in [0, 1] (e.g. 0.3)"
-
-
-def cancel_rate(text: str) -> float:
-    """argparse type of ``--cancel-rate``: a share in [0, 1]."""
-    value = number(float, 0.0, what=_SHARE)(text)
-    if value > 1.0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not {_SHARE}")
-    return value
 
 
 class CancelPolicy:

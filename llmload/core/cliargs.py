@@ -96,6 +96,16 @@ non_negative_int = number(int, 0)
 positive_float = number(float, 0.0, inclusive=False)
 non_negative_float = number(float, 0.0)
 
+_SHARE = "a share of requests in [0, 1] (e.g. 0.3)"
+
+
+def request_share(text: str) -> float:
+    """A share of requests in [0, 1] (``--cancel-rate``, ``--max-error-rate``)."""
+    value = number(float, 0.0, what=_SHARE)(text)
+    if value > 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not {_SHARE}")
+    return value
+
 
 def port(text: str) -> int:
     """A TCP port, 1 to 65535."""

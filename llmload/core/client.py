@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import gevent
@@ -36,12 +37,15 @@ import gevent
 from llmload.core.apis import GenerationParams, build_body
 from llmload.core.cancel import CancelPoint
 from llmload.core.defaults import REQUEST_TIMEOUT_S
-from llmload.core.metrics import RequestResult
+from llmload.core.metrics import CONNECTION, TIMED_OUT, UNREACHABLE, RequestResult
 from llmload.core.records import PromptRecord
+from llmload.core.retry import RetryPolicy
 from llmload.core.transport import HTTPTransport, LineResponse, TransportError
 from llmload.core.wire import (
     MODELS_PATH,
+    SERVER_REPORTED,
     Outcome,
+    ServerReported,
     StreamReader,
     WireError,
     encode_body,
@@ -50,9 +54,6 @@ from llmload.core.wire import (
     read_body,
 )
 
-
-#: Flag of a request whose connection was refused or reset (see :func:`llmload.core.transport.is_unreachable`).
-UNREACHABLE = "unreachable"
 
 
 class RequestTimeout(Exception):
@@ -98,18 +99,31 @@ class CancelTimer:
             self._timer.close()
 
 
+@dataclass
+class Attempt:
+    """One send of a request and what came of it (:meth:`LLMClient.generate` may make several)."""
+
+    status: int = 0
+    outcome: Outcome = field(default_factory=Outcome)
+    end: float = field(default_factory=time.perf_counter)  # perf_counter time it ended
+    cancelled: bool = False
+    retry_after: str = ""  # the answer's Retry-After header
+
+
 class LLMClient:
     """Sends generation requests for one task through ``transport``; see the module docstring."""
 
     def __init__(self, transport: HTTPTransport, params: GenerationParams, task: str,
                  timeout: float = REQUEST_TIMEOUT_S, worker: str = "",
-                 chunk_counter: Callable[[Sequence[str]], list[int]] | None = None):
+                 chunk_counter: Callable[[Sequence[str]], list[int]] | None = None,
+                 retry: RetryPolicy | None = None):
         self.transport = transport
         self.params = params
         self.task = task
         self.timeout = timeout
         self.worker = worker
         self.chunk_counter = chunk_counter
+        self.retry = retry  # --retry: a 429 or 503 answer is sent again (llmload.core.retry)
 
     def list_first_model(self, timeout: float | None = None) -> str:
         """The first model id the server lists at ``/v1/models`` (raises TransportError/WireError)."""
@@ -136,46 +150,48 @@ class LLMClient:
         """Send ``record`` (or, for chat, ``messages`` in its place) to ``model``; measure and return the result.
 
         ``cancel``: close the connection at that point (the result is ``cancelled``, with what arrived until then),
-        unless the answer is complete first."""
+        unless the answer is complete first.
+
+        With a retry policy, a 429 or 503 answer is sent again after its wait (:mod:`llmload.core.retry`), the
+        same request (same id) each time: the result is the last attempt's, its offsets from the first send, the
+        earlier attempts in ``retries``. The waits and the attempts count against the one ``--timeout``, and a
+        cancel point counts from the first send."""
         payload = encode_body(build_body(record, self.params, model, messages))
         path = self.params.path
         request_id, span_id = uuid.uuid4().hex, os.urandom(8).hex()
         headers = self.transport.request_headers(
             "text/event-stream" if self.params.stream else "application/json",
             {"X-Request-Id": request_id, "traceparent": f"00-{request_id}-{span_id}-01"})
-        response: LineResponse | None = None
-        status = 0
-        outcome: Outcome
         timer = CancelTimer(cancel)
-        cancelled = False
+        retries: list[dict] = []
+        attempt = Attempt()
         start_time = time.time()
         t0 = time.perf_counter()
-        end = t0
         try:
             with gevent.Timeout(self.timeout, RequestTimeout):
                 timer.sent()
-                response = self.transport.send("POST", path, payload, headers=headers)
-                status = response.status_code
-                if status != 200:
-                    body, end = response.read()
-                    outcome = Outcome(error=http_error_message(status, body, path))
-                elif self.params.stream:
-                    outcome, end, cancelled = self._read_stream(response, t0, timer)
-                else:
-                    body, end = response.read()
-                    outcome = read_body(self.params.style, body)
-        except Cancelled:  # before the stream (or the whole sync body) came
-            end, outcome, cancelled = time.perf_counter(), Outcome(), True
+                while True:
+                    self._attempt(path, payload, headers, t0, timer, attempt)
+                    wait, why_not = (None, "") if self.retry is None or attempt.cancelled else \
+                        self.retry.wait(attempt.status, attempt.retry_after, len(retries))
+                    if wait is not None and attempt.end + wait >= t0 + self.timeout:
+                        wait, why_not = None, f"not retried: its wait ({wait:.1f} s) would pass --timeout"
+                    if wait is None:
+                        if why_not:
+                            attempt.outcome.error = f"{attempt.outcome.error} ({why_not})"
+                        break
+                    retries.append({"status": attempt.status, "error": attempt.outcome.error,
+                                    "end": attempt.end - t0, "wait": wait})
+                    attempt = Attempt()
+                    gevent.sleep(wait)  # this user waits; the others go on
+        except Cancelled:  # before the stream (or the whole sync body) came, or while waiting to retry
+            attempt.end, attempt.outcome, attempt.cancelled = time.perf_counter(), Outcome(), True
         except RequestTimeout:
-            end = time.perf_counter()
-            outcome = Outcome(error=f"timed out after {self.timeout:g} s (--timeout)")
-        except TransportError as exc:
-            end = time.perf_counter()
-            outcome = Outcome(error=str(exc), flags=[UNREACHABLE] if exc.unreachable else [])
+            attempt.end = time.perf_counter()
+            attempt.outcome = Outcome(error=f"timed out after {self.timeout:g} s (--timeout)", flags=[TIMED_OUT])
         finally:
             timer.close()
-            if response is not None:
-                response.close()  # a cancelled response is not complete: its socket is closed
+        outcome, end, status, cancelled = attempt.outcome, attempt.end, attempt.status, attempt.cancelled
         if outcome.chunk_tokens_source == "chunks" and self.chunk_counter is not None:
             outcome.count_chunks(self.chunk_counter(outcome.chunk_texts))
         return RequestResult(
@@ -190,7 +206,31 @@ class LLMClient:
             tool_calls=outcome.tool_calls, chunk_tokens=outcome.chunk_tokens,
             chunk_tokens_source=outcome.chunk_tokens_source, cancelled=cancelled,
             cancel_after=cancel.describe() if cancel is not None else "", span_id=span_id,
-            server_timing=outcome.server_timing)
+            server_timing=outcome.server_timing, retries=retries)
+
+    def _attempt(self, path: str, payload: bytes, headers: dict, t0: float, timer: CancelTimer,
+                 attempt: Attempt) -> None:
+        """Send once and read the answer into ``attempt`` (its status as soon as it is known, so that a time-out
+        keeps it). Cancelled and RequestTimeout pass through; a failed connection is an outcome."""
+        response: LineResponse | None = None
+        try:
+            response = self.transport.send("POST", path, payload, headers=headers)
+            attempt.status = status = response.status_code
+            if status != 200:
+                body, attempt.end = response.read()
+                attempt.outcome = Outcome(error=http_error_message(status, body, path))
+                attempt.retry_after = response.retry_after
+            elif self.params.stream:
+                attempt.outcome, attempt.end, attempt.cancelled = self._read_stream(response, t0, timer)
+            else:
+                body, attempt.end = response.read()
+                attempt.outcome = read_body(self.params.style, body)
+        except TransportError as exc:
+            attempt.end = time.perf_counter()
+            attempt.outcome = Outcome(error=str(exc), flags=[UNREACHABLE if exc.unreachable else CONNECTION])
+        finally:
+            if response is not None:
+                response.close()  # a cancelled response is not complete: its socket is closed
 
     def _read_stream(self, response: LineResponse, t0: float,
                      timer: CancelTimer) -> tuple[Outcome, float, bool]:
@@ -215,10 +255,13 @@ class LLMClient:
         except WireError as exc:
             outcome = reader.outcome()
             outcome.error = str(exc)
+            if isinstance(exc, ServerReported):
+                outcome.flags.append(SERVER_REPORTED)
             return outcome, time.perf_counter(), False
         except TransportError as exc:
             outcome = reader.outcome()
             outcome.error = f"{exc} (mid-stream)"
+            outcome.flags.append(UNREACHABLE if exc.unreachable else CONNECTION)
             return outcome, time.perf_counter(), False
         if reader.done:
             timer.close()  # complete: nothing to cancel any more

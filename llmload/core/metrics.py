@@ -42,7 +42,16 @@ called P2FT):
   and left out of every latency, throughput and SLO figure.
 * **SLO attainment**: the share of requests (failures count as misses) that
   meet every target of an :class:`SLO`; **goodput**: those requests per second
-  of wall time.
+  of wall time. Without an SLO every success meets it and every failure misses
+  it, so the goodput would be the request throughput: it is not repeated (None).
+* **Failures** are classed once, from the raw fields (:func:`failure_class`:
+  rejected 429, server error, client error, connection, timeout, protocol) and
+  counted per class (``failed_<class>``); their own latency (first send to the
+  error, ``failure_latency``) is a metric apart: every other latency, the
+  throughputs and the wall time count successful requests only.
+* **Retries** (``--retry``, :mod:`llmload.core.retry`): a retried request is one
+  request, its latencies from its first attempt's send (the waits included, as
+  its user waited), its earlier attempts in ``retries``.
 """
 
 from __future__ import annotations
@@ -57,8 +66,27 @@ from ddsketch import DDSketch
 from llmload.core.cliargs import parse_duration
 from llmload.core.formats import FORMAT_VERSION
 from llmload.core.records import known_fields
+from llmload.core.wire import SERVER_REPORTED
 
 MODES = ("sync", "stream")
+
+#: Flags of a failed request's cause, set by the client (:mod:`llmload.core.client`): a refused or reset
+#: connection (the server is not there); no complete answer within ``--timeout``; a connection that failed otherwise
+#: (closed mid-answer, a network time-out). A 200 answer that carried the server's own error is flagged
+#: :data:`~llmload.core.wire.SERVER_REPORTED`.
+UNREACHABLE = "unreachable"
+TIMED_OUT = "timeout"
+CONNECTION = "connection"
+#: The classes of a failed request (:func:`failure_class`): title, definition. Each is the figure ``failed_<class>``.
+FAILURE_CLASSES: dict[str, tuple[str, str]] = {
+    "rejected": ("rejected (429)", "HTTP 429: the server turned the request away (rate limit, full queue)"),
+    "server_error": ("server errors (5xx)", "HTTP 5xx, or the server's own error inside a 200 answer (an error "
+                                            "event, a failed response)"),
+    "client_error": ("client errors (4xx)", "HTTP 4xx other than 429 (a bad request, an unknown model)"),
+    "connection": ("connection", "a refused, reset or dropped connection, or nothing sent (no model to ask for)"),
+    "timeout": ("timeouts", "no complete answer within --timeout"),
+    "protocol": ("protocol", "an answer that breaks the protocol: a malformed or truncated stream or body"),
+}
 
 
 #: Encodes a RequestResult for the raw log (its fields in order).
@@ -103,11 +131,24 @@ class RequestResult:
     span_id: str = ""  # the client span of its W3C traceparent (16 hex digits; its trace id is request_id)
     server_timing: dict[str, float] | None = None  # the server's own per-request timing, ms (None: none given)
     server_spans: dict[str, float] | None = None  # the server's request span's timing, ms (set when read; spans.py)
+    # the earlier attempts of a request retried (--retry), in order: {"status": HTTP status, "error": its message,
+    # "end": seconds from the first send to its answer, "wait": seconds waited before the next attempt}
+    retries: list[dict] = field(default_factory=list)
 
     @property
     def failed(self) -> bool:
         """Failed (not a cancel, which is neither a success nor a failure)."""
         return not self.success and not self.cancelled
+
+    @property
+    def attempts(self) -> int:
+        """HTTP requests sent for it: 1, plus one per retry."""
+        return 1 + len(self.retries)
+
+    @property
+    def retry_wait(self) -> float:
+        """Seconds it waited between its attempts (part of its latencies)."""
+        return sum(float(attempt.get("wait") or 0.0) for attempt in self.retries)
 
     def to_json(self) -> str:
         """One compact JSON object (msgspec: asdict would deep-copy every token's offset first)."""
@@ -116,6 +157,27 @@ class RequestResult:
     @classmethod
     def from_dict(cls, data: dict) -> "RequestResult":
         return cls(**known_fields(cls, data))
+
+
+def failure_class(result: RequestResult) -> str | None:
+    """The :data:`FAILURE_CLASSES` key of a failed request, from its status code and flags (None: not a failure).
+
+    The status decides where there is one (429, 5xx, other 4xx); then the client's flags: a time-out, a failed
+    connection (or nothing sent: no status); what is left is an answer that broke the protocol."""
+    if not result.failed:
+        return None
+    status, flags = result.status_code, result.flags
+    if status == 429:
+        return "rejected"
+    if status >= 500 or SERVER_REPORTED in flags:
+        return "server_error"
+    if status >= 400:
+        return "client_error"
+    if TIMED_OUT in flags:
+        return "timeout"
+    if status == 0 or UNREACHABLE in flags or CONNECTION in flags:
+        return "connection"
+    return "protocol"
 
 
 @dataclass(frozen=True)
@@ -133,6 +195,7 @@ class RequestMetrics:
     ttft_sched: float | None = None
     ttfo: float | None = None
     reasoning_tokens: int | None = None
+    failure_latency: float | None = None  # a failed request's first send to its error (None: not a failure)
 
 
 def per_token_gaps(offsets: Sequence[float], counts: Sequence[int]) -> tuple[float, ...]:
@@ -178,7 +241,8 @@ def request_metrics(result: RequestResult) -> RequestMetrics:
     return RequestMetrics(e2e=e2e, ttft=ttft, tpot=tpot, itl=itl, output_tokens=tokens, tokens_per_s=speed,
                           dispatch_lag=lag, e2e_sched=None if lag is None else e2e + lag,
                           ttft_sched=None if lag is None or ttft is None else ttft + lag, ttfo=ttfo,
-                          reasoning_tokens=result.reasoning_tokens)
+                          reasoning_tokens=result.reasoning_tokens,
+                          failure_latency=result.end_offset if result.failed else None)
 
 
 # --------------------------------------------------------------------------- SLOs
@@ -270,6 +334,7 @@ class Metric:
     headline: tuple[str, ...] = ("p50", "p99")  # the statistics of the Markdown report and the web UI
     locust_row: bool = False  # logged as a Locust ``METRIC`` row (ms)
     many: bool = False  # several values per request (inter-token gaps)
+    of_failures: bool = False  # its values come from failed requests (every other metric's from successes)
 
     @property
     def scale(self) -> float:
@@ -312,8 +377,13 @@ METRICS: tuple[Metric, ...] = (
            lambda m: m.e2e_sched, headline=("p50", "p99")),
     Metric("ttft_sched", "TTFT from schedule", "s", "intended start to the first text chunk (open loop)",
            lambda m: m.ttft_sched, headline=("p50", "p99")),
+    Metric("failure_latency", "failure latency", "s", "first send to the error, failed requests only (retry waits "
+           "included; never in E2E or TTFT)", lambda m: m.failure_latency, stats=("mean", "p50", "p99", "max"),
+           headline=(), of_failures=True),
 )
 METRIC_BY_NAME = {m.name: m for m in METRICS}
+#: The metrics of failed requests (every other metric is of successful ones).
+FAILURE_METRICS = tuple(m for m in METRICS if m.of_failures)
 
 
 @dataclass(frozen=True)
@@ -330,6 +400,10 @@ class Figure:
 FIGURES: tuple[Figure, ...] = (
     Figure("requests", "requests", "", "requests measured (warm-up excluded)"),
     Figure("failures", "failures", "", "requests that failed"),
+    Figure("failure_pct", "failed %", "%", "failures / requests, cancelled ones left out (what --max-error-rate "
+           "watches)", headline=False),
+    *(Figure(f"failed_{name}", title, "", formula, headline=False)
+      for name, (title, formula) in FAILURE_CLASSES.items()),
     Figure("cancelled", "cancelled", "", "requests the client cancelled on purpose (--cancel-rate; not failures, "
            "out of every latency figure; none: no cancel point drawn)"),
     Figure("cancelled_pct", "cancelled %", "%", "cancelled / requests", headline=False),
@@ -338,9 +412,18 @@ FIGURES: tuple[Figure, ...] = (
     Figure("output_token_throughput", "out tok/s", "tok/s", "output tokens of successful requests / wall time"),
     Figure("total_output_tokens", "output tokens", "", "sum of output tokens", headline=False),
     Figure("slo_attainment", "SLO met %", "%", "requests meeting every SLO target / requests (failures miss)"),
-    Figure("goodput", "goodput req/s", "req/s", "requests meeting every SLO target / wall time"),
+    Figure("goodput", "goodput req/s", "req/s", "requests meeting every SLO target / wall time (failures miss; "
+           "without an SLO: none, it would be req/s)"),
+    Figure("retried", "retried", "", "requests sent again after a 429 or 503 (--retry; none: no request was)",
+           headline=False),
+    Figure("attempts", "attempts", "", "HTTP requests sent in all, retries included", headline=False),
+    Figure("retry_ok", "ok after retry", "", "retried requests that succeeded", headline=False),
+    Figure("retry_wait_s", "retry wait", "s", "seconds waited before retries, over all requests (part of their "
+           "latencies)", headline=False),
 )
 FIGURE_BY_NAME = {f.name: f for f in FIGURES}
+#: The figures that count one failure class each: figure name -> class.
+CLASS_FIGURES = {f"failed_{name}": name for name in FAILURE_CLASSES}
 
 
 def summary_columns() -> list[str]:
@@ -396,6 +479,54 @@ def distribution(values: Sequence[float], stats: Iterable[str] = ("mean", "p50",
     return {stat: _stat(array, stat) for stat in stats}
 
 
+@dataclass
+class FailureTally:
+    """Failures by class and the retries of a set of requests (warm-up excluded): exact counts, mergeable."""
+
+    classes: dict[str, int] = field(default_factory=dict)  # failure class -> requests
+    retried: int = 0  # requests with at least one retry
+    attempts: int = 0  # HTTP requests sent, retries included
+    retry_ok: int = 0  # retried requests that succeeded
+    retry_wait_s: float = 0.0  # seconds waited before retries
+
+    def add(self, result: RequestResult) -> None:
+        kind = failure_class(result)
+        if kind is not None:
+            self.classes[kind] = self.classes.get(kind, 0) + 1
+        self.attempts += result.attempts
+        if result.retries:
+            self.retried += 1
+            self.retry_ok += result.success
+            self.retry_wait_s += result.retry_wait
+
+    def merge(self, other: "FailureTally") -> None:
+        for kind, count in other.classes.items():
+            self.classes[kind] = self.classes.get(kind, 0) + count
+        self.retried += other.retried
+        self.attempts += other.attempts
+        self.retry_ok += other.retry_ok
+        self.retry_wait_s += other.retry_wait_s
+
+    def to_wire(self) -> dict:
+        return {"classes": dict(self.classes), "retried": self.retried, "attempts": self.attempts,
+                "retry_ok": self.retry_ok, "retry_wait_s": self.retry_wait_s}
+
+    @classmethod
+    def from_wire(cls, data: dict | None) -> "FailureTally":
+        data = data or {}  # from a worker of a version before the tally
+        return cls(dict(data.get("classes") or {}), data.get("retried", 0), data.get("attempts", 0),
+                   data.get("retry_ok", 0), data.get("retry_wait_s", 0.0))
+
+    def text(self) -> str:
+        """`` [3 rejected (429), 1 timeouts]`` (the classes met), and the retries: for the summary line."""
+        parts = [f"{count} {FAILURE_CLASSES[kind][0]}" for kind, count in self.classes.items() if count]
+        text = f" [{', '.join(parts)}]" if parts else ""
+        if self.retried:
+            text += (f", {self.retried} retried ({self.attempts} attempts, {self.retry_ok} ok after retry, "
+                     f"{self.retry_wait_s:.1f} s waiting)")
+        return text
+
+
 @dataclass(frozen=True)
 class RunSummary:
     """Aggregate metrics of a set of requests (one run, one task, or one cell of the matrix)."""
@@ -411,6 +542,7 @@ class RunSummary:
     distributions: dict  # metric name -> {stat: value}
     exact: bool = True  # False: percentiles from sketches (relative error, see LiveStats)
     cancelled: int | None = None  # None: no request had a cancel point
+    tally: FailureTally = field(default_factory=FailureTally)
 
     @property
     def cancelled_pct(self) -> float | None:
@@ -418,12 +550,38 @@ class RunSummary:
             return None
         return 100.0 * self.cancelled / self.requests if self.requests else 0.0
 
+    @property
+    def failure_pct(self) -> float | None:
+        judged = self.requests - (self.cancelled or 0)
+        return 100.0 * self.failures / judged if judged else None
+
+    @property
+    def retried(self) -> int | None:
+        return self.tally.retried or None
+
+    @property
+    def attempts(self) -> int | None:
+        return self.tally.attempts if self.tally.retried else None
+
+    @property
+    def retry_ok(self) -> int | None:
+        return self.tally.retry_ok if self.tally.retried else None
+
+    @property
+    def retry_wait_s(self) -> float | None:
+        return self.tally.retry_wait_s if self.tally.retried else None
+
+    def figure(self, name: str) -> float | int | None:
+        """The value of the figure ``name`` (:data:`FIGURES`)."""
+        kind = CLASS_FIGURES.get(name)
+        return self.tally.classes.get(kind, 0) if kind is not None else getattr(self, name)
+
     def get(self, metric: str, stat: str) -> float | None:
         return self.distributions.get(metric, {}).get(stat)
 
     def flat(self) -> dict[str, float | int | None]:
         """One flat dict (``request_throughput``, ``e2e_p50``, ...) in :func:`summary_columns` order."""
-        row: dict[str, float | int | None] = {f.name: getattr(self, f.name) for f in FIGURES}
+        row: dict[str, float | int | None] = {f.name: self.figure(f.name) for f in FIGURES}
         for m in METRICS:
             for stat in m.stats:
                 row[m.column(stat)] = self.get(m.name, stat)
@@ -439,7 +597,8 @@ class RunSummary:
         ttft, ttfo = self.get("ttft", "p50"), self.get("ttfo", "p50")
         answer_later = ttft is not None and ttfo is not None and ttfo - ttft > 0.0005
         cancelled = f", {self.cancelled} cancelled" if self.cancelled is not None else ""
-        text = (f"{self.requests} requests, {self.failures} failed{cancelled}{ms('e2e', 'p50')}{ms('ttft', 'p50')}"
+        failed = f"{self.failures} failed{self.tally.text()}"
+        text = (f"{self.requests} requests, {failed}{cancelled}{ms('e2e', 'p50')}{ms('ttft', 'p50')}"
                 f"{ms('ttfo', 'p50') if answer_later or reasoning else ''}"
                 f"{ms('tpot', 'mean')}, {self.request_throughput:.2f} req/s, "
                 f"{self.output_token_throughput:.1f} output tok/s")
@@ -453,7 +612,8 @@ class RunSummary:
 
 
 def _summary(requests: int, failures: int, first: float | None, last: float | None, tokens: int,
-             slo_met: int | None, distributions: dict, exact: bool, cancelled: int | None = None) -> RunSummary:
+             slo_met: int | None, distributions: dict, exact: bool, cancelled: int | None = None,
+             tally: FailureTally | None = None) -> RunSummary:
     duration = max(last - first, 0.0) if first is not None and last is not None else 0.0
     ok = requests - failures - (cancelled or 0)
     judged = requests - (cancelled or 0)  # a cancelled request is not judged against the SLO
@@ -465,14 +625,15 @@ def _summary(requests: int, failures: int, first: float | None, last: float | No
                       output_token_throughput=rate(tokens), total_output_tokens=tokens,
                       slo_attainment=None if slo_met is None else (100.0 * slo_met / judged if judged else 0.0),
                       goodput=None if slo_met is None else rate(slo_met), distributions=distributions, exact=exact,
-                      cancelled=cancelled)
+                      cancelled=cancelled, tally=tally or FailureTally())
 
 
 def summarize(results: Iterable[RequestResult], span: tuple[float, float] | None = None) -> RunSummary:
     """Compute every run-level metric from raw request results, exactly.
 
     Warm-up requests are left out. Latency figures and throughput count successful
-    requests only (cancelled ones count in ``cancelled``, neither failures nor latencies); the run's wall time spans from the first successful request's
+    requests only (cancelled ones count in ``cancelled``, neither failures nor latencies; failures in their classes
+    and ``failure_latency``); the run's wall time spans from the first successful request's
     start to the last one's end, or is ``span`` (start, end in epoch seconds: a
     window of the run) where given. SLO figures count ``slo_ok`` where it is set.
     """
@@ -481,10 +642,12 @@ def summarize(results: Iterable[RequestResult], span: tuple[float, float] | None
     slo_met: int | None = None
     cancelled: int | None = None
     first = last = None
+    tally = FailureTally()
     for r in results:
         if r.warmup:
             continue
         requests += 1
+        tally.add(r)
         if r.cancel_after or r.cancelled:
             cancelled = (cancelled or 0) + r.cancelled
         if r.slo_ok is not None:
@@ -493,6 +656,9 @@ def summarize(results: Iterable[RequestResult], span: tuple[float, float] | None
             continue
         if not r.success:
             failures += 1
+            m = request_metrics(r)
+            for metric in FAILURE_METRICS:
+                values[metric.name].extend(metric.values(m))
             continue
         m = request_metrics(r)
         tokens += m.output_tokens
@@ -504,7 +670,8 @@ def summarize(results: Iterable[RequestResult], span: tuple[float, float] | None
     distributions = {m.name: distribution(values[m.name], m.stats) for m in METRICS}
     if span is not None:
         first, last = span
-    return _summary(requests, failures, first, last, tokens, slo_met, distributions, exact=True, cancelled=cancelled)
+    return _summary(requests, failures, first, last, tokens, slo_met, distributions, exact=True, cancelled=cancelled,
+                    tally=tally)
 
 
 def ratio(numerator: float | None, denominator: float | None) -> float | None:
@@ -563,26 +730,32 @@ class LiveStats:
         self.sketches = {m.name: DDSketch(SKETCH_RELATIVE_ACCURACY) for m in self.METRICS}
         self.sums = {m.name: 0.0 for m in self.METRICS}
         self.maxima: dict[str, float] = {}
+        self.tally = FailureTally()
 
     def add(self, result: RequestResult, metrics: RequestMetrics | None = None) -> None:
         if result.warmup:
             return
         self.requests += 1
+        self.tally.add(result)
         if result.cancel_after or result.cancelled:
             self.cancelled = (self.cancelled or 0) + result.cancelled
         if result.slo_ok is not None:
             self.slo_met = (self.slo_met or 0) + bool(result.slo_ok)
         if result.cancelled:
             return
+        m = metrics or request_metrics(result)
         if not result.success:
             self.failures += 1
+            self._add_values(FAILURE_METRICS, m)
             return
-        m = metrics or request_metrics(result)
         self.tokens += m.output_tokens
         end = result.start_time + m.e2e
         self.first = result.start_time if self.first is None else min(self.first, result.start_time)
         self.last = end if self.last is None else max(self.last, end)
-        for metric in self.METRICS:
+        self._add_values(self.METRICS, m)
+
+    def _add_values(self, metrics: Iterable[Metric], m: RequestMetrics) -> None:
+        for metric in metrics:
             sketch = self.sketches[metric.name]
             for value in metric.values(m):
                 sketch.add(max(value, 0.0))  # DDSketch keeps non-negative values apart from negatives
@@ -594,6 +767,7 @@ class LiveStats:
         self.requests += other.requests
         self.failures += other.failures
         self.tokens += other.tokens
+        self.tally.merge(other.tally)
         if other.slo_met is not None:
             self.slo_met = (self.slo_met or 0) + other.slo_met
         if other.cancelled is not None:
@@ -612,6 +786,7 @@ class LiveStats:
         """A plain dict (numbers, strings, bytes) for Locust's messages; :meth:`from_wire` reads it back."""
         return {"requests": self.requests, "failures": self.failures, "tokens": self.tokens, "slo_met": self.slo_met,
                 "cancelled": self.cancelled, "first": self.first, "last": self.last, "maxima": dict(self.maxima),
+                "tally": self.tally.to_wire(),
                 "sums": {name: value for name, value in self.sums.items() if self.sketches[name].count},
                 "sketches": {name: sketch_to_bytes(s) for name, s in self.sketches.items() if s.count}}
 
@@ -621,6 +796,7 @@ class LiveStats:
         stats.requests, stats.failures, stats.tokens = data["requests"], data["failures"], data["tokens"]
         stats.slo_met, stats.first, stats.last = data["slo_met"], data["first"], data["last"]
         stats.cancelled = data.get("cancelled")
+        stats.tally = FailureTally.from_wire(data.get("tally"))
         stats.maxima = dict(data["maxima"])
         for name, blob in data["sketches"].items():
             if name in stats.sketches:  # a metric this version does not know is refused with the worker, not here
@@ -641,4 +817,4 @@ class LiveStats:
     def summary(self) -> RunSummary:
         distributions = {m.name: {s: self._stat(m, s) for s in m.stats} for m in METRICS}
         return _summary(self.requests, self.failures, self.first, self.last, self.tokens, self.slo_met,
-                        distributions, exact=False, cancelled=self.cancelled)
+                        distributions, exact=False, cancelled=self.cancelled, tally=FailureTally.from_wire(self.tally.to_wire()))

@@ -38,6 +38,11 @@ DEFAULT_BASELINE = "vllm"
 STATUSES = ("pending", "running", "ok", "failed", "skipped", "interrupted")
 
 
+#: The status of a cell its load generator stopped early because more requests failed than --max-error-rate allows
+#: (its figures are kept; it is not ``ok``).
+ERROR_RATE = "error-rate"
+
+
 class RunFolderError(RuntimeError):
     """A folder that is not a readable run (one clear line)."""
 
@@ -55,7 +60,7 @@ class Cell:
     repeat: int = 0  # the repeat, or a capacity step's look (0 = the first)
     phase: str = "matrix"  # "matrix", "sweep", "capacity", "trace" (which part of the run made it)
     requests: int | None = None  # requests it sends when not the run's --requests (a capacity step's later looks)
-    status: str = "pending"
+    status: str = "pending"  # then running, ok, failed, error-rate (ERROR_RATE), interrupted or skipped
     error: str = ""
     exit_code: int | None = None
     wall_s: float = 0.0

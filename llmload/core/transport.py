@@ -90,6 +90,7 @@ class LineResponse:
         self.url = url
         self.status_code: int = raw.status_code
         self.content_type: str = str(raw.get("content-type", "") or "")
+        self.retry_after: str = str(raw.get("retry-after", "") or "")  # a 429 or 503 says when to retry
 
     def reads(self) -> Iterator[tuple[bytes, float]]:
         """Each piece of the body as one socket read delivered it, and the ``perf_counter`` time of that read.

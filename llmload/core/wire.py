@@ -69,8 +69,17 @@ ITL_PER_CHUNK = "itl_per_chunk"
 SERVER_TIMING_MALFORMED = "server_timing_malformed"
 
 
+#: Flag of a failed request whose 200 answer carried the server's own error (an error event, a failed response).
+SERVER_REPORTED = "server_reported"
+
+
 class WireError(ValueError):
     """A response that breaks the protocol or reports an error (the message is one line)."""
+
+
+class ServerReported(WireError):
+    """An answer that carries the server's own error (an error event, ``response.failed``): it failed, rather than
+    broke the protocol (flagged :data:`SERVER_REPORTED`)."""
 
 
 def encode_body(body: dict) -> bytes:
@@ -373,11 +382,11 @@ def read_body(style: APIStyle, body: bytes) -> Outcome:
     if not isinstance(payload, dict):
         return Outcome(error="malformed JSON body: not an object")
     if payload.get("error"):  # a Responses body carries "error": null
-        return Outcome(error=f"error in the response body: {error_detail(payload)}")
+        return Outcome(error=f"error in the response body: {error_detail(payload)}", flags=[SERVER_REPORTED])
     try:
         piece = style.body_piece(payload)
     except WireError as exc:
-        return Outcome(error=str(exc))
+        return Outcome(error=str(exc), flags=[SERVER_REPORTED] if isinstance(exc, ServerReported) else [])
     usage = read_usage(payload.get("usage")) or Usage()
     flags: list[str] = []
     if usage.output is None:

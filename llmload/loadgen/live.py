@@ -41,8 +41,8 @@ from dataclasses import dataclass, field
 from ddsketch import DDSketch
 
 from llmload.core.clienterror import ClockReading, figures_of, summary_block
-from llmload.core.metrics import (SKETCH_RELATIVE_ACCURACY, LiveStats, RequestMetrics, RequestResult, RunSummary,
-                                  sketch_from_bytes, sketch_to_bytes)
+from llmload.core.metrics import (SKETCH_RELATIVE_ACCURACY, UNREACHABLE, LiveStats, RequestMetrics, RequestResult,
+                                  RunSummary, sketch_from_bytes, sketch_to_bytes)
 from llmload.loadgen.histograms import TaskHistograms
 
 WINDOW_S = 10
@@ -54,7 +54,6 @@ HISTORY_S = 3600
 KEEP_S = 3 * WINDOW_S
 #: Most history points one snapshot adds when it catches up (a master whose workers report every 3 s).
 CATCH_UP_POINTS = 30
-UNREACHABLE = "unreachable"
 
 
 def _sketches() -> dict[str, DDSketch]:
@@ -278,6 +277,12 @@ class LiveBoard:
         up to now)."""
         now = time.time()
         return max(reach.so_far(now) for reach in self.reach.values())
+
+    def failure_counts(self) -> tuple[int, int]:
+        """(requests ended, of them failed) over every task so far, cancelled and warm-up requests left out: what
+        --max-error-rate watches (cheap: no sketch is merged)."""
+        judged = sum(s.requests - (s.cancelled or 0) for s in self.tasks.values())
+        return judged, sum(s.failures for s in self.tasks.values())
 
     def client_error(self, total: RunSummary | None = None) -> dict | None:
         """The run's client-error bound (its worst process's) against its TTFT p50 and ITL mean, with the flags

@@ -16,9 +16,9 @@ from pathlib import Path
 
 from llmload.core import cliargs
 from llmload.core.cancel import SYNTAX as CANCEL_SYNTAX
-from llmload.core.cancel import CancelPolicy, cancel_after_text, cancel_rate, parse_cancel_after
+from llmload.core.cancel import CancelPolicy, cancel_after_text, parse_cancel_after
 from llmload.core.cliargs import (duration, non_negative_float, non_negative_int, port, positive_float,
-                                  positive_int)
+                                  positive_int, request_share)
 from llmload.core.defaults import REQUEST_TIMEOUT_S
 from llmload.core.cost import price
 from llmload.core.cliargs import slo as slo_type
@@ -26,11 +26,18 @@ from llmload.core.apis import APIS, GenerationParams
 from llmload.core.metrics import MODES, SLO
 from llmload.core.paths import dataset_path
 from llmload.core.records import DatasetError
+from llmload.core.retry import RETRY_STATUSES, RetryPolicy
 from llmload.loadgen.tracing import otel_available, otlp_url
 from llmload.tasks.traces import BLOCK_TOKENS, FORMATS as TRACE_FORMATS
 
 ENV_PREFIX = "LOCUST_LLM_"
 ARRIVALS = ("constant", "poisson", "gamma")
+#: --retry-max-wait's default: the longest wait before a retry, in seconds.
+RETRY_MAX_WAIT_S = 10.0
+#: --max-error-rate judges a run once this many requests ended (or all of --requests, less --warmup, if fewer).
+ERROR_RATE_MIN_REQUESTS = 20
+#: The load generator's exit code when --max-error-rate stopped the run.
+ERROR_RATE_EXIT_CODE = 3
 #: The options that shape a ``--trace`` replay (its format, window, scale and blocks): without a trace, bad input.
 TRACE_SHAPING = ("trace_format", "time_scale", "trace_start", "trace_duration", "trace_block_size")
 
@@ -219,10 +226,23 @@ class LoadSettings:
     cancel_rate: float = _option("--cancel-rate", "share P in [0, 1] of requests the client abandons at "
                                  "--cancel-after (closes the connection; drawn per request from --seed): the raw log "
                                  "flags them cancelled; they count apart, out of the latency figures and the failures",
-                                 default=0.0, metavar="P", type=cancel_rate)
+                                 default=0.0, metavar="P", type=request_share)
     cancel_after: str = _option("--cancel-after", f"when a cancelled request is abandoned: {CANCEL_SYNTAX}; "
                                 "ttft+ and tok need --mode stream", default="", metavar="WHEN",
                                 type=cancel_after_text)
+    # failures (llmload.core.retry; docs/loadgen.md, "Failures and retries")
+    retry: int = _option("--retry", f"send a request answered {' or '.join(map(str, RETRY_STATUSES))} again, up to "
+                         "N times, after its Retry-After (seconds or an HTTP date) or else a jittered exponential "
+                         "backoff; its latency counts from the first send, the raw log keeps each attempt "
+                         "(0: no retry)", default=0, metavar="N", type=non_negative_int)
+    retry_max_wait: float = _option("--retry-max-wait", "the longest wait before a retry: the backoff's cap; a "
+                                    "longer Retry-After is not retried", default=RETRY_MAX_WAIT_S,
+                                    metavar="SECONDS", type=positive_float)
+    max_error_rate: float | None = _option("--max-error-rate", "stop the run, with exit code "
+                                           f"{ERROR_RATE_EXIT_CODE}, once the failed share of the requests ended "
+                                           f"passes R in [0, 1] (judged from {ERROR_RATE_MIN_REQUESTS} requests, "
+                                           "or all of --requests if fewer; default: never)", default=None,
+                                           metavar="R", type=request_share)
     csv_prefix: str = ""  # Locust's own --csv
 
     @property
@@ -247,6 +267,17 @@ class LoadSettings:
         if not self.cancel_rate or not self.cancel_after:
             return None
         return CancelPolicy(self.cancel_rate, parse_cancel_after(self.cancel_after), self.seed, stream)
+
+    @property
+    def retry_policy(self) -> RetryPolicy | None:
+        """The --retry policy (None: no retry)."""
+        return RetryPolicy(self.retry, self.retry_max_wait) if self.retry else None
+
+    @property
+    def error_rate_min(self) -> int:
+        """Requests that must have ended before --max-error-rate judges the run."""
+        measured = self.requests - self.warmup if self.requests else 0
+        return min(ERROR_RATE_MIN_REQUESTS, measured) if measured > 0 else ERROR_RATE_MIN_REQUESTS
 
     @property
     def open_loop(self) -> bool:
@@ -340,6 +371,8 @@ class LoadSettings:
         if self.cancel_after and self.mode != "stream" and parse_cancel_after(self.cancel_after).needs_stream:
             raise SettingsError(f"--cancel-after {self.cancel_after} counts from the stream's tokens: use --mode "
                                 f"stream, or a time after the send (e.g. 2s)")
+        if self.retry_max_wait != RETRY_MAX_WAIT_S and not self.retry:
+            raise SettingsError("--retry-max-wait caps the waits of --retry: give --retry N too")
         self.chunk_counter()  # a tokenizer that cannot load is bad input, said before the run starts
 
     def _check_trace(self) -> None:

@@ -24,8 +24,9 @@ def _finite_values(flat: dict) -> dict:
 
 
 def summary_data(board: LiveBoard, settings, users: int | None, lag_warned: bool, raw_log: Path | None,
-                 workers: list[dict] | None = None, run: str = "") -> dict:
-    """The run's figures as ``<prefix>_summary.json`` holds them, so scripts need not parse the summary line."""
+                 workers: list[dict] | None = None, run: str = "", stopped_early: str = "") -> dict:
+    """The run's figures as ``<prefix>_summary.json`` holds them, so scripts need not parse the summary line;
+    ``stopped_early``: why --max-error-rate stopped the run."""
     total = board.total()
     data = {"run": run or None, "summary": _finite_values(total.flat()),
             "per_task": {task: _finite_values(s.flat()) for task, s in board.summaries().items()},
@@ -37,7 +38,10 @@ def summary_data(board: LiveBoard, settings, users: int | None, lag_warned: bool
                          "arrival": settings.arrival_law if settings.open_loop else None,
                          "requests": settings.requests, "warmup": settings.warmup,
                          "slo": settings.slo.to_dict() if settings.slo else None, "users": users,
-                         "cancel_rate": settings.cancel_rate or None, "cancel_after": settings.cancel_after or None},
+                         "cancel_rate": settings.cancel_rate or None, "cancel_after": settings.cancel_after or None,
+                         "retry": settings.retry, "retry_max_wait": settings.retry_max_wait if settings.retry else None,
+                         "max_error_rate": settings.max_error_rate},
+            "stopped_early": stopped_early or None,
             "raw_log": str(raw_log) if raw_log is not None else None}
     if workers is not None:
         data["workers"] = workers

@@ -49,7 +49,8 @@ from llmload.loadgen.cluster import REPORT_KEY, code_version, fingerprint, shard
 from llmload.loadgen.live import LiveBoard
 from llmload.loadgen.master import MasterRole
 from llmload.loadgen.monitor import ResourceMonitor
-from llmload.loadgen.options import LoadSettings, SettingsError, add_arguments, strict_parsing
+from llmload.loadgen.options import (ERROR_RATE_EXIT_CODE, LoadSettings, SettingsError, add_arguments,
+                                     strict_parsing)
 from llmload.loadgen.outputs import end_line, stop_locust_csv_writer, summary_data, write_final_csv, write_json
 from llmload.loadgen.prometheus import Exporter, Scrape
 from llmload.loadgen.prompts import ModelLookup, Prompts, TraceReplay
@@ -87,6 +88,7 @@ class LoadPlugin:
         self.stopped = False
         self.stop_signalled = False
         self.failed = ""
+        self.stopped_early = ""  # why --max-error-rate stopped the run ("": it did not)
         self._fingerprint: dict | None = None
         self._prompts = Prompts()
         self._model = ModelLookup()
@@ -183,7 +185,7 @@ class LoadPlugin:
     def on_test_start(self) -> None:
         # Workers get the master's options just before test_start: read them again.
         self.settings = LoadSettings.from_options(self.environment.parsed_options)
-        self.finishing, self.stopped, self.watch = False, False, Watch()
+        self.finishing, self.stopped, self.watch, self.stopped_early = False, False, Watch(), ""
         self.cancels = self.settings.cancel_policy(self.node_name)
         # SIGTERM and Ctrl-C: one orderly stop (Locust's own SIGTERM handler exits twice and prints a
         # SystemExit traceback; a KeyboardInterrupt lands in whichever user greenlet is running).
@@ -323,6 +325,7 @@ class LoadPlugin:
             if self.master is not None:
                 self.master.check_members(running=self.runner.state in (STATE_RUNNING, STATE_SPAWNING))
                 self.board.complete_until = self.master.complete_until()
+                self.check_error_rate()
             self.board.snapshot(users=getattr(self.runner, "user_count", 0))
             self._say()
 
@@ -450,6 +453,23 @@ class LoadPlugin:
             self.worker.report_if_drained()
         else:
             self.check_requests_done(self.sink.done)
+            self.check_error_rate()
+
+    def check_error_rate(self) -> None:
+        """Stop the run (exit code :data:`ERROR_RATE_EXIT_CODE`) once its failed share passes --max-error-rate,
+        judged when enough requests ended (standalone: each result; a master: each second, from its board)."""
+        limit = self.settings.max_error_rate
+        if limit is None or self.finishing:
+            return
+        judged, failed = self.board.failure_counts()
+        if judged < self.settings.error_rate_min or failed <= limit * judged:
+            return
+        self.finishing = True
+        self.stopped_early = (f"{failed} of {judged} requests failed ({100.0 * failed / judged:.1f} %), more than "
+                              f"--max-error-rate {limit:g}")
+        self.environment.process_exit_code = ERROR_RATE_EXIT_CODE
+        log.error(f"llmload: error: {self.stopped_early}: the run stops early (exit code {ERROR_RATE_EXIT_CODE})")
+        gevent.spawn(self._finish, "--max-error-rate passed")
 
     def check_requests_done(self, completed: int) -> None:
         limit = self.request_limit
@@ -495,7 +515,8 @@ class LoadPlugin:
             return None
         data = summary_data(self.board, self.settings, getattr(self.environment.parsed_options, "num_users", None),
                             self.watch.lag_warned, self.raw_log.path if self.raw_log is not None else None,
-                            self.master.workers_summary() if self.master is not None else None, self.run_id)
+                            self.master.workers_summary() if self.master is not None else None, self.run_id,
+                            self.stopped_early)
         try:
             return write_json(path, data)
         except OSError as exc:

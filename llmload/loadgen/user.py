@@ -13,7 +13,10 @@ server does, and ``-u`` bounds how many are in flight. Requests go out through
 the user's ``FastHttpUser`` connection pool and are read by
 :mod:`llmload.core.transport` as they arrive; results are counted by the
 plugin's sink (:mod:`llmload.loadgen.sink`) in this process. A refused or reset connection makes the user
-back off (doubling up to :data:`BACKOFF_MAX_S`) before it tries again.
+back off (doubling up to :data:`BACKOFF_MAX_S`) before it tries again. With
+``--retry``, a 429 or 503 answer is sent again by the client after its wait
+(:mod:`llmload.core.retry`): the user waits (a closed loop's next request waits
+with it), the other users go on.
 
 :class:`ConversationUser` plays multi-turn conversations (records with
 ``turns``): it sends each user turn with the whole history so far, the
@@ -58,7 +61,8 @@ class LLMUser(FastHttpUser):
         headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
         transport = HTTPTransport(self.host, self.client.client.clientpool, headers)
         self.llm = LLMClient(transport, settings.params, self.task_name, timeout=settings.timeout,
-                             worker=self.plugin.node_name, chunk_counter=settings.chunk_counter())
+                             worker=self.plugin.node_name, chunk_counter=settings.chunk_counter(),
+                             retry=settings.retry_policy)
         self.exhausted = False
         self.backoff = 0.0
 

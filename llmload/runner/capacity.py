@@ -61,8 +61,8 @@ from pathlib import Path
 from typing import Any, Callable, Generator, Iterator
 
 from llmload.core.metrics import SLO, RequestResult, RunSummary
-from llmload.core.runfiles import Cell
-from llmload.core.sequential import (HELD, UNDECIDED, Budget, Decision, Look, Throughput, backlog, bracket,
+from llmload.core.runfiles import ERROR_RATE, Cell
+from llmload.core.sequential import (FAILED, HELD, UNDECIDED, Budget, Decision, Look, Throughput, backlog, bracket,
                                      capacity_estimate, could_decide, decide, look_sizes, trend)
 from llmload.runner.plan import round_rate
 from monitors.sampler import MonitorError, read_monitor
@@ -274,8 +274,9 @@ class CapacitySearch:
             return None  # no fall in the share to go by, or one from (or to) a share it could have kept further
         return a[0] + (a[1] - self.target) / (a[1] - b[1]) * (b[0] - a[0])
 
-    def add(self, probe: Probe, look: Look) -> Step:
-        """Add what the cell of ``probe`` measured and decide its step again."""
+    def add(self, probe: Probe, look: Look, failed: str = "") -> Step:
+        """Add what the cell of ``probe`` measured and decide its step again (``failed``: why the step fails
+        whatever it measured)."""
         step = next((s for s in self.steps if s.rate == probe.rate), None)
         if step is None:
             step = Step(probe.rate, probe.why, len(self.steps))
@@ -283,6 +284,8 @@ class CapacitySearch:
         step.looks.append(look)
         alphas = self.budget.alphas(step.index)
         step.decided = decide(step.rate, step.looks, self.target, alphas, self.max_lag_ms)
+        if failed:
+            step.decided = Decision(FAILED, failed, step.decided.bounds)
         left = sum(n - self.warmup for n in self.sizes(step.index)[len(step.looks):])
         step.futile = step.decision == UNDECIDED and not could_decide(step.met, step.requests, left, self.target,
                                                                       alphas[-1])
@@ -338,8 +341,14 @@ def search_cells(search: CapacitySearch, cell_for: Callable[[Probe], Any], look_
     while (probe := search.next_probe()) is not None:
         cell = cell_for(probe)
         result = yield cell
-        search.add(probe, look_for(cell, result))
+        search.add(probe, look_for(cell, result), failed_because(cell))
     return search
+
+
+def failed_because(cell: Any) -> str:
+    """Why the step of ``cell`` fails whatever its requests show: its load generator stopped it at
+    --max-error-rate (status error-rate); "" otherwise."""
+    return getattr(cell, "error", "") or ERROR_RATE if getattr(cell, "status", "") == ERROR_RATE else ""
 
 
 def look_of(cell: Cell, results: list[RequestResult], summary: RunSummary | None, run_dir: Path) -> Look:

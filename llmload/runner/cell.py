@@ -4,8 +4,10 @@
 (closed loop: ``-u`` users; open loop: ``--rate`` with ``-u`` the pool of
 requests in flight), records the cell as ``running``, runs Locust in a session
 of its own (a signal to the runner's process group never reaches it), and
-records the outcome from the raw log: ``ok``, ``failed`` or, when the run was
-asked to stop, ``interrupted`` with whatever requests had finished. On a stop
+records the outcome from the raw log: ``ok``, ``failed``, ``error-rate`` (Locust
+stopped it early: more requests failed than ``--max-error-rate`` allows; its
+figures are kept) or, when the run was asked to stop, ``interrupted`` with
+whatever requests had finished. On a stop
 request Locust gets SIGTERM, which makes it stop its users, write its raw log
 and CSVs and exit; it is killed only if it has not done so in
 :data:`STOP_GRACE_S` seconds, or at a second signal.
@@ -27,8 +29,8 @@ from llmload.core.metrics import SLO, RequestResult, RunSummary, summarize
 from llmload.core.paths import REPO_ROOT
 from llmload.core.rawlog import read_results
 from llmload.core.points import TRACE_PHASE
-from llmload.core.runfiles import Cell, CellFiles, append_cell
-from llmload.loadgen.options import LoadSettings
+from llmload.core.runfiles import ERROR_RATE, Cell, CellFiles, append_cell
+from llmload.loadgen.options import ERROR_RATE_EXIT_CODE, LoadSettings
 from llmload.runner.interrupts import StopSignal
 from llmload.runner.options import LOCUST_STOP_TIMEOUT_S
 from llmload.tasks import get_task
@@ -58,6 +60,9 @@ class LoadOptions:
     monitor_interval: float = 0.5
     cancel_rate: float = 0.0  # --cancel-rate, with cancel_after (--cancel-after)
     cancel_after: str = ""
+    retry: int = 0  # --retry, with retry_max_wait (--retry-max-wait)
+    retry_max_wait: float = LoadSettings.retry_max_wait
+    max_error_rate: float | None = None  # --max-error-rate
     trace: tuple[tuple[str, Any], ...] = ()  # the load generator's options of a trace cell: (field, value) pairs
 
     def requests_for(self, cell: Cell) -> int:
@@ -105,6 +110,10 @@ class CellRunner:
             given["slo"] = o.slo  # the load generator judges each request (slo_ok)
         if o.cancel_rate:
             given.update(cancel_rate=o.cancel_rate, cancel_after=o.cancel_after, seed=o.seed)
+        if o.retry:
+            given.update(retry=o.retry, retry_max_wait=o.retry_max_wait)
+        if o.max_error_rate is not None:
+            given["max_error_rate"] = o.max_error_rate
         return given
 
     def command(self, cell: Cell, base_url: str) -> list[str]:
@@ -192,14 +201,21 @@ class CellRunner:
             cell.error = (f"stopped by {name} after {len(measured)} of {self.options.requests_for(cell)} requests"
                           + (f"; {error}" if error else ""))
         else:
+            status = "failed"
             if not error and not raw_log.is_file():
                 error = f"Locust exited with {cell.exit_code} and wrote no raw log (see {files.locust_log.name})"
             elif not error and not measured:
                 error = "no request completed"
+            elif (not error and summary is not None and cell.exit_code == ERROR_RATE_EXIT_CODE
+                  and self.options.max_error_rate is not None):
+                status = ERROR_RATE
+                error = (f"stopped early: {summary.failures} of {summary.requests - (summary.cancelled or 0)} "
+                         f"requests failed ({summary.failure_pct or 0:.1f} %), more than --max-error-rate "
+                         f"{self.options.max_error_rate:g}")
             elif not error and summary is not None and summary.failures == summary.requests:
                 first = next(r.error for r in measured if not r.success)
                 error = f"all {summary.failures} requests failed: {first}"
-            cell.status, cell.error = ("failed", error) if error else ("ok", "")
+            cell.status, cell.error = (status, error) if error else ("ok", "")
         return CellResult(results, summary)
 
 

@@ -55,7 +55,8 @@ class RunnerError(RuntimeError):
 def load_options(s: RunnerSettings) -> LoadOptions:
     return LoadOptions(api=s.api, requests=s.requests, max_tokens=s.max_tokens, warmup=s.warmup, arrival=s.arrival,
                        burstiness=s.burstiness, seed=s.seed, slo=s.slo, cell_timeout=s.cell_timeout,
-                       cancel_rate=s.cancel_rate, cancel_after=s.cancel_after, trace=trace_options(s))
+                       cancel_rate=s.cancel_rate, cancel_after=s.cancel_after, retry=s.retry,
+                       retry_max_wait=s.retry_max_wait, max_error_rate=s.max_error_rate, trace=trace_options(s))
 
 
 def trace_options(s: RunnerSettings) -> tuple[tuple[str, object], ...]:

@@ -8,7 +8,8 @@ servers' shared settings (:class:`~llmload.targets.TargetSettings`) as
 declarations (:func:`~llmload.core.cliargs.borrow`): ``--servers`` and
 ``--baseline`` (:class:`~llmload.targets.ServerSelection`, the benchmarks'
 too), ``--max-tokens``, ``--api``, ``--seed``, ``--warmup``, ``--slo``, the
-cancellation and the trace's shaping (:class:`~llmload.loadgen.options.LoadSettings`).
+cancellation, the retries, ``--max-error-rate`` and the trace's shaping
+(:class:`~llmload.loadgen.options.LoadSettings`).
 
 The options declared with a None default take their value from a named profile
 (:data:`PROFILES`: ``full``, or ``quick`` with ``--quick``) when not given;
@@ -179,6 +180,10 @@ class LevelOptions:
     seed: int = borrow(LoadSettings, "seed", note="; the same for every server (default: %(default)s)")
     cancel_rate: float = borrow(LoadSettings, "cancel_rate")
     cancel_after: str = borrow(LoadSettings, "cancel_after")
+    retry: int = borrow(LoadSettings, "retry")
+    retry_max_wait: float = borrow(LoadSettings, "retry_max_wait")
+    max_error_rate: float | None = borrow(LoadSettings, "max_error_rate", note="; such a cell is marked error-rate, "
+                                                                           "its figures kept")
 
 
 @dataclass(frozen=True)
@@ -381,6 +386,8 @@ def resolve(settings: RunnerSettings) -> RunnerSettings:
     if s.cancel_after and parse_cancel_after(s.cancel_after).needs_stream and "sync" in s.modes:
         raise CLIError(f"--cancel-after {s.cancel_after} counts from the stream's tokens: use --modes stream, or a "
                        "time after the send (e.g. 2s)")
+    if s.retry_max_wait != LoadSettings.retry_max_wait and not s.retry:
+        raise CLIError("--retry-max-wait caps the waits of --retry: give --retry N too")
     if s.burstiness is not None and s.arrival != "gamma":
         raise CLIError(f"--burstiness applies to --arrival gamma only (got --arrival {s.arrival})")
     if s.max_repeats is not None and s.target_ci is None:

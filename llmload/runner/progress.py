@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from llmload.core.metrics import RunSummary
 from llmload.core.points import TRACE_PHASE
-from llmload.core.runfiles import Cell
+from llmload.core.runfiles import ERROR_RATE, Cell
 
 
 def cell_label(cell: Cell, repeats: int = 1) -> str:
@@ -37,7 +37,7 @@ def _ms(summary: RunSummary, metric: str, stat: str, title: str) -> str:
 
 def figures(cell: Cell, summary: RunSummary | None, throughput_only: bool = False) -> str:
     """What a finished cell measured, in one line (or its status and error)."""
-    if summary is None or cell.status not in ("ok", "interrupted"):
+    if summary is None or cell.status not in ("ok", "interrupted", ERROR_RATE):
         return f"{cell.status.upper()}: {cell.error} ({cell.wall_s:.0f}s)"
     text = f"{summary.requests} req, {summary.failures} failed"
     if summary.cancelled is not None:
@@ -53,8 +53,8 @@ def figures(cell: Cell, summary: RunSummary | None, throughput_only: bool = Fals
     if lag is not None:
         text += f", lag p99 {lag * 1000:.0f} ms"
     text += f" ({cell.wall_s:.0f}s)"
-    if cell.status == "interrupted":
-        text += f"; INTERRUPTED: {cell.error}"
+    if cell.status in ("interrupted", ERROR_RATE):
+        text += f"; {cell.status.upper()}: {cell.error}"
     return text
 
 

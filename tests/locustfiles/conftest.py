@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from benchmarks.recording_mock import start_recording_mock
 from llmload.core.services import free_port
 from llmload.targets.basic import basic_server_command
-from locust_helpers import ITL_MS, TTFT_MS, serving
+from locust_helpers import FAULT_SERVER, ITL_MS, TTFT_MS, serving
 
 
 @pytest.fixture(scope="module")
@@ -38,4 +40,13 @@ def fast_mock(tmp_path_factory):
     cmd = basic_server_command("mock", port, extra=["--mock-ttft-ms", "50", "--mock-itl-ms", "5",
                                                     "--log-level", "warning"])
     with serving("fast mock server", cmd, port, tmp_path_factory.mktemp("fast-mock") / "server.log"):
+        yield f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture(scope="module")
+def fault_server(tmp_path_factory):
+    """The scripted fault server (:data:`FAULT_SERVER`; the request's model picks its answer): its base URL."""
+    port = free_port()
+    with serving("fault server", [sys.executable, str(FAULT_SERVER), "--port", str(port)], port,
+                 tmp_path_factory.mktemp("fault-server") / "server.log"):
         yield f"http://127.0.0.1:{port}"

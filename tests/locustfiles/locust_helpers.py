@@ -20,6 +20,8 @@ from llmload.core.services import ServiceProcess
 
 TTFT_MS = 200.0
 ITL_MS = 20.0
+#: The scripted OpenAI-style server of good answers and faults (the ``fault_server`` fixture serves it).
+FAULT_SERVER = Path(__file__).resolve().parents[1] / "llmload" / "core" / "fault_server.py"
 
 
 def write_prompts(path: Path, task: str = "chat", count: int = 6, max_tokens: int = 64) -> Path:

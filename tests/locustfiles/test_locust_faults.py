@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from locust_helpers import locust_command, output, read_failures, read_stats, run_locust, serving, write_prompts
+from locust_helpers import (FAULT_SERVER, locust_command, output, read_failures, read_stats, run_locust, serving,
+                            write_prompts)
+from llmload.core.metrics import failure_class
 from llmload.core.paths import REPO_ROOT
 from llmload.core.rawlog import read_results
 from llmload.core.services import ServiceProcess, free_port, local_url
@@ -22,7 +24,6 @@ from llmload.targets.basic import basic_server_command
 
 pytestmark = pytest.mark.integration
 
-FAULT_SERVER = Path(__file__).resolve().parents[1] / "llmload" / "core" / "fault_server.py"
 _spec = importlib.util.spec_from_file_location("loadgen_fault_server", FAULT_SERVER)
 _fault_module = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_fault_module)
@@ -36,15 +37,6 @@ EXPECTED = {
     "stall": "timed out after 1 s (--timeout)",
     "drop": "before the response ended (mid-stream)",
 }
-
-
-@pytest.fixture(scope="module")
-def fault_server(tmp_path_factory):
-    port = free_port()
-    folder = tmp_path_factory.mktemp("fault-server")
-    with serving("fault server", [sys.executable, str(FAULT_SERVER), "--port", str(port)], port,
-                 folder / "server.log"):
-        yield f"http://127.0.0.1:{port}"
 
 
 def test_every_fault_is_a_clear_failure_and_the_run_goes_on(fault_server, tmp_path):
@@ -65,6 +57,14 @@ def test_every_fault_is_a_clear_failure_and_the_run_goes_on(fault_server, tmp_pa
     for name, message in EXPECTED.items():
         assert sum(message in e for e in errors) == rounds, (name, errors)
     assert all("\n" not in e for e in errors)
+    # each fault in its class (llmload.core.metrics.failure_class), counted so in the summary
+    classes = {"http500": "server_error", "malformed": "protocol", "nodone": "protocol", "midstream": "server_error",
+               "stall": "timeout", "drop": "connection"}
+    for name, kind in classes.items():
+        assert {failure_class(r) for r in results if EXPECTED[name] in r.error} == {kind}, name
+    summary = json.loads(Path(f"{prefix}_summary.json").read_text())["summary"]
+    assert {k: summary[f"failed_{k}"] for k in set(classes.values())} == {
+        "server_error": 2 * rounds, "protocol": 2 * rounds, "timeout": rounds, "connection": rounds}
 
     # the same messages, and only real requests, in Locust's own statistics
     stats = read_stats(prefix)

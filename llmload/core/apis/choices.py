@@ -21,7 +21,8 @@ from msgspec import UNSET, UnsetType
 
 from llmload.core.apis.base import APIStyle
 from llmload.core.sse import SSEEvent
-from llmload.core.wire import Piece, StreamReader, Usage, WireError, error_detail, read_usage
+from llmload.core.wire import (Piece, ServerReported, StreamReader, Usage, WireError, error_detail,
+                               read_usage)
 
 
 # The fields the rules read, with the types they accept; a chunk that does not fit is read from its dict.
@@ -127,7 +128,7 @@ class ChoicesStyle(APIStyle):
 
     def read_event(self, reader: StreamReader, chunk: dict, event: SSEEvent, offset: float) -> None:
         if "error" in chunk:
-            raise WireError(f"error event in the stream: {error_detail(chunk)}")
+            raise ServerReported(f"error event in the stream: {error_detail(chunk)}")
         usage = read_usage(chunk.get("usage"))
         if usage is not None and usage.output is not None:
             reader.usage = usage

@@ -16,7 +16,8 @@ import msgspec
 
 from llmload.core.apis.base import APIStyle
 from llmload.core.sse import SSEEvent
-from llmload.core.wire import Piece, StreamReader, Usage, WireError, error_detail, read_usage, text_of
+from llmload.core.wire import (Piece, ServerReported, StreamReader, Usage, WireError, error_detail, read_usage,
+                               text_of)
 
 #: Stream events by what they carry.
 REASONING = frozenset({"response.reasoning_text.delta", "response.reasoning_summary_text.delta"})
@@ -115,14 +116,14 @@ class Responses(APIStyle):
             reader.done = True
         elif kind == "response.failed":
             response = chunk.get("response") if isinstance(chunk.get("response"), dict) else {}
-            raise WireError(f"response.failed: {error_detail(response.get('error') or response)}")
+            raise ServerReported(f"response.failed: {error_detail(response.get('error') or response)}")
         elif kind == "error" or chunk.get("error"):
-            raise WireError(f"error event in the stream: {error_detail(chunk)}")
+            raise ServerReported(f"error event in the stream: {error_detail(chunk)}")
         # response.created, response.in_progress, *.added, *.done: lifecycle events, no tokens
 
     def body_piece(self, payload: dict) -> Piece:
         if payload.get("status") == "failed":
-            raise WireError("response failed (status failed, no error given)")
+            raise ServerReported("response failed (status failed, no error given)")
         piece = output_piece(payload.get("output"))
         if piece is None:
             raise WireError("malformed JSON body: no output list")

@@ -17,6 +17,9 @@ The request body's ``model`` picks the behaviour (``cycle`` rotates through
   with ``--enable-per-request-metrics``: ``metrics`` in the final usage chunk, the sync body, and (Responses)
   ``response.completed``'s response
 * ``chunky`` (not in the cycle): three chunks of two words each, final usage only (no running counts)
+* ``reject_once`` (not in the cycle): HTTP 429 with ``Retry-After: 1`` the first time a request id
+  (``X-Request-Id``) is seen, ``ok`` when it comes again (a retry)
+* ``unavailable_third`` (not in the cycle): HTTP 503 for every third request (the 1st, 4th, ...), ``ok`` otherwise
 * ``split`` (not in the cycle): each token's event written in two parts ``SPLIT_GAP`` s apart, cut inside a
   line (inside a multi-byte character where the token has one); ``sent_times`` when each was whole
 
@@ -61,9 +64,11 @@ class FaultHandler(BaseHTTPRequestHandler):
 
     # ---------------------------------------------------------------- helpers
 
-    def send_json(self, status: int, payload: dict) -> None:
+    def send_json(self, status: int, payload: dict, headers: dict | None = None) -> None:
         body = json.dumps(payload).encode()
         self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -243,6 +248,26 @@ class FaultHandler(BaseHTTPRequestHandler):
         self.event("[DONE]")
         self.end_stream()
 
+    def do_reject_once(self, body) -> None:
+        request_id = self.headers.get("X-Request-Id", "")
+        with self.server.lock:
+            seen = request_id in self.server.seen_ids
+            self.server.seen_ids.add(request_id)
+        if seen:
+            self.do_ok(body)
+        else:
+            self.send_json(429, {"error": {"message": "too many requests: try again in 1 s", "type": "rate_limit"}},
+                           {"Retry-After": "1"})
+
+    def do_unavailable_third(self, body) -> None:
+        with self.server.lock:
+            count = self.server.counted
+            self.server.counted += 1
+        if count % 3 == 0:
+            self.send_json(503, {"error": {"message": "server busy", "type": "service_unavailable"}})
+        else:
+            self.do_ok(body)
+
     def do_http500(self, body) -> None:
         self.send_json(500, {"error": {"message": "internal server error: RuntimeError",
                                        "type": "internal_server_error"}})
@@ -290,6 +315,8 @@ class FaultServer(ThreadingHTTPServer):
         self.gap, self.models_delay, self.models_id = gap, models_delay, models_id
         self.no_responses = no_responses
         self.lookups, self.lock = 0, threading.Lock()
+        self.seen_ids: set[str] = set()  # request ids ``reject_once`` has answered
+        self.counted = 0  # requests ``unavailable_third`` has answered
         self.cycle = itertools.cycle(CYCLE)
         self.last_headers: dict = {}
         self.sent_times: list[float] = []  # when each token of the last ``slow`` answer was written

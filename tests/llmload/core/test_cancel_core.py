@@ -7,8 +7,8 @@ import pytest
 from geventhttpclient.client import HTTPClientPool
 
 from fault_server import TOKENS, start_in_thread
-from llmload.core.cancel import CancelAfter, CancelPoint, CancelPolicy, cancel_after_text, cancel_rate, \
-    parse_cancel_after
+from llmload.core.cancel import CancelAfter, CancelPoint, CancelPolicy, cancel_after_text, parse_cancel_after
+from llmload.core.cliargs import request_share
 from llmload.core.client import LLMClient
 from llmload.core.metrics import LiveStats, RequestResult, SLO, summarize
 from llmload.core.records import PromptRecord
@@ -48,8 +48,8 @@ def test_bad_cancel_after_is_one_line(text):
 @pytest.mark.parametrize("text", ["-0.1", "1.01", "nan", "half", "2"])
 def test_cancel_rate_outside_0_1_is_refused(text):
     with pytest.raises(argparse.ArgumentTypeError, match=r"not a share of requests in \[0, 1\]"):
-        cancel_rate(text)
-    assert cancel_rate("0") == 0.0 and cancel_rate("1") == 1.0 and cancel_rate("0.3") == 0.3
+        request_share(text)
+    assert request_share("0") == 0.0 and request_share("1") == 1.0 and request_share("0.3") == 0.3
 
 
 def test_the_draw_is_seeded_per_request_index_and_keeps_the_share():

@@ -12,12 +12,13 @@ import numpy as np
 import pytest
 
 from llmload.core.metrics import SLO, RequestResult, summarize
-from llmload.core.runfiles import Cell
+from llmload.core.runfiles import ERROR_RATE, Cell
 from capacity_sim import SlotServer, closed_loop, look_at, open_loop
-from llmload.core.sequential import (FAILED, HELD, UNDECIDED, UNIFORM, Budget, Look, Throughput, Trend, attainment_bounds,
-                                     backlog, capacity_estimate, could_decide, decide, interval_at, look_sizes, requests_to_hold,
-                                     saturation_throughput, trend)
-from llmload.runner.capacity import EDGE_UP, START_SHARE, CapacitySearch, Probe, look_of, search_cells
+from llmload.core.sequential import (FAILED, HELD, UNDECIDED, UNIFORM, Budget, Look, Throughput, Trend,
+                                     attainment_bounds, backlog, capacity_estimate, could_decide, decide, interval_at,
+                                     look_sizes, requests_to_hold, saturation_throughput, trend)
+from llmload.runner.capacity import (EDGE_UP, START_SHARE, CapacitySearch, Probe, failed_because, look_of,
+                                     search_cells)
 from llmload.runner.plan import round_rate
 
 pytestmark = pytest.mark.unit
@@ -439,3 +440,20 @@ def test_a_look_reads_the_backlog_from_the_raw_log(tmp_path):
     assert (look.requests, look.met, look.prefix) == (100, 100, cell.prefix)
     assert [t.series for t in look.trends] == ["backlog"] and look.trends[0].growing(ALPHA)
     assert look_of(cell, [], None, tmp_path).requests == 0
+
+
+def test_a_step_whose_cell_stopped_at_the_error_rate_fails_whatever_it_measured():
+    search = CapacitySearch(10.0, 50.0, BUDGET)
+    stopped = Cell("s", "qa", "stream", 8, "s/qa_stream_r10", rate=10.0, phase="capacity", status=ERROR_RATE,
+                   error="stopped early: 7 of 20 requests failed (35.0 %), more than --max-error-rate 0.1")
+    assert failed_because(stopped) == stopped.error and failed_because(Cell("s", "qa", "stream", 8, "p")) == ""
+    step = search.add(Probe(10.0, 0), Look(20, 13, trends=[steady()]), failed_because(stopped))
+    assert (step.decision, step.decided.reason) == (FAILED, stopped.error)  # 65 % met would not fail 50 % alone
+    every = CapacitySearch(10.0, 50.0, BUDGET)  # the runner's loop: every cell stopped early
+    steps = search_cells(every, lambda probe: stopped, lambda cell, result: result)
+    next(steps)
+    with pytest.raises(StopIteration):
+        for _ in range(BUDGET.steps * BUDGET.looks):
+            steps.send(Look(20, 13, trends=[steady()]))
+    assert every.steps and all(s.decision == FAILED and len(s.looks) == 1 for s in every.steps)
+    assert every.estimate[0] is None  # nothing held: no capacity

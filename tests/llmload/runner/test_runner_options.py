@@ -86,6 +86,10 @@ def error_of(argv: list[str], capsys) -> str:
     (["--max-repeats", "2"], "--max-repeats 2 must be at least 3: --target-ci judges"),
     (["--target-ci", "10", "--repeat", "4", "--max-repeats", "3"], "--max-repeats 3 must be at least 4"),
     (["--max-repeats", "0"], "argument --max-repeats: '0' is not an integer >= 1"),
+    (["--max-error-rate", "1.5"], "argument --max-error-rate: '1.5' is not a share of requests in [0, 1]"),
+    (["--max-error-rate", "-0.1"], "argument --max-error-rate: '-0.1' is not a share of requests in [0, 1]"),
+    (["--retry", "-1"], "argument --retry: '-1' is not an integer >= 0"),
+    (["--retry-max-wait", "5"], "--retry-max-wait caps the waits of --retry: give --retry N too"),
     (["--order", "random"], "argument --order: invalid choice: 'random' (choose from"),
     (["--order-seed", "-1"], "argument --order-seed: '-1' is not an integer >= 0"),
     (["--max-servers-up", "-1"], "argument --max-servers-up: '-1' is not an integer >= 0"),
@@ -289,7 +293,8 @@ def test_options_shared_with_other_programs_are_their_declarations():
     runner, loadgen, bench = actions(build_parser()), argparse.ArgumentParser(), actions(bench_parser())
     add_options(loadgen, LoadSettings, names=[f.name for f in option_fields(LoadSettings)])  # a plain parser
     loadgen = actions(loadgen)
-    for name in ("max_tokens", "api", "seed", "warmup", "slo", "cancel_rate", "cancel_after"):
+    for name in ("max_tokens", "api", "seed", "warmup", "slo", "cancel_rate", "cancel_after", "retry",
+                 "retry_max_wait", "max_error_rate"):
         mine, theirs = runner[name], loadgen[name]
         assert (mine.option_strings, mine.type, mine.metavar, mine.choices) == (
             theirs.option_strings, theirs.type, theirs.metavar, theirs.choices), name

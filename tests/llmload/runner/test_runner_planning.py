@@ -224,6 +224,7 @@ def test_a_cells_locust_command_says_its_load_settings_as_the_load_generator_rea
                  ["--rates", "2.5", "--arrival", "gamma", "--burstiness", "0.5", "--seed", "7", "--warmup", "1",
                   "--slo", "ttft=500,e2e=4s"],
                  ["--concurrency", "2", "--cancel-rate", "0.3", "--cancel-after", "ttft+1s", "--api", "completion"],
+                 ["--concurrency", "2", "--retry", "3", "--retry-max-wait", "4", "--max-error-rate", "0"],
                  ["--trace", str(trace), "--time-scale", "2", "--pool", "5", "--seed", "3"]):
         args = parse_args(["--servers", "mock", "--tasks", "qa", *argv])
         runner = CellRunner(tmp_path, matrix.load_options(args), {"qa": tmp_path / "qa.jsonl"})
