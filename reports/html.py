@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 from llmload.core.metrics import column_scale
 from llmload.core.stats import Interval
-from reports import content, cost, sections, steady
+from reports import content, cost, sections, steady, timing
 from reports.format import Part, Table, figure_text, ratio_text, title
 from reports.report import Report
 from reports.rows import RATIO_COLUMNS, Row
@@ -315,6 +315,14 @@ def throughput_latency(report: Report) -> str:
     tasks = sorted({r.point.task for r in report.groups if r.ok and r.point.phase != "capacity"
                     and r.get("output_token_throughput") is not None})
     return "".join(chart(curve_figure(report.groups, task), f"curve-{task}") for task in tasks)
+
+
+@RUN_SECTIONS.section(timing.TITLE, after="Throughput and latency")
+def time_split(report: Report) -> str:
+    rows = report.time_split or []
+    panels = dict.fromkeys((r.point.task, r.point.mode) for r in rows if r.timed)
+    return parts(timing.parts(rows), "time-split") + "".join(
+        chart(timing.figure(rows, task, mode), f"time-split-{task}-{mode}") for task, mode in panels)
 
 
 @RUN_SECTIONS.section("Sweep and capacity cells")
