@@ -342,9 +342,10 @@
     var pos = 0, neg = 0;
     shown.forEach(function (p) { if (ms[p.key] >= 0) pos += ms[p.key]; else neg += ms[p.key]; });
     var left = GRID.left, right = width - GRID.right, top = 70, bottom = 110;
-    var step = niceStep((pos - neg) || 1, 5), lo = Math.floor(neg / step) * step, hi = Math.max(step, Math.ceil(pos / step) * step);
+    /* the axis runs from the negative parts' sum (0 without one) to the positive ones' rounded up */
+    var step = niceStep((pos - neg) || 1, 6), lo = neg, hi = Math.max(step, Math.ceil(pos / step) * step);
     var sx = function (v) { return left + (v - lo) / (hi - lo) * (right - left); };
-    for (var t = lo; t <= hi + step / 1e6; t += step) {
+    for (var t = Math.ceil(lo / step) * step; t <= hi + step / 1e6; t += step) {
       svgNode("line", { x1: sx(t), x2: sx(t), y1: top - 4, y2: bottom + 4, stroke: t === 0 ? theme.axis : theme.split,
                         "class": t === 0 ? "llmload-axis" : "llmload-split" }, svg);
       svgNode("text", { x: sx(t), y: bottom + 20, "text-anchor": "middle", fill: theme.text, "class": "llmload-tick" },
@@ -364,8 +365,7 @@
       }
     });
     svgNode("text", { x: left, y: PARTS_HEIGHT - 8, fill: theme.muted, "class": "llmload-legend-text" }, svg,
-            "TTFT = client/network + frontend + queue + prefill; E2E = TTFT + decode + tail " +
-            "(the server's own timing of its requests; docs/metrics.md)");
+            "TTFT = client/network + frontend + queue + prefill; E2E = TTFT + decode + tail");
   };
 
   /* ------------------------------------------------------------------ the panel: cards and charts */
