@@ -308,8 +308,9 @@ CHECK_NOTE = ("The residual (client/network) beside the client-error bound the r
 
 NEGATIVE_RESIDUAL = ("Flagged: client/network below 0 (the server's parts exceed the client's latency: a clock or a "
                      "stamp is off; kept as measured): ")
-NEGATIVE_TAIL = ("Tail below 0 (the first chunk took longer to reach the client than the last, after the server "
-                 "stamped them; counted, kept as measured): ")
+NEGATIVE_TAIL = ("Tail below 0 (the server's decode is longer than the client's first to last chunk: the last "
+                 "tokens carried no text, so the client's E2E ended before them, or the first chunk took longer to "
+                 "reach the client than the last; counted, kept as measured): ")
 
 
 def part_text(p: PartFigure) -> str | None:

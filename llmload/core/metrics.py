@@ -402,7 +402,8 @@ METRICS: tuple[Metric, ...] = (
            "network, and the frontend where the server gives none (stream; may be negative: kept as measured)",
            lambda m: m.ttft_residual, stats=PART_STATS, headline=()),
     Metric("tail", "tail", "s", "(E2E - TTFT) - decode: the first to the last chunk beyond the server's decode "
-           "(stream)", lambda m: m.tail, stats=PART_STATS, headline=()),
+           "(stream; below 0 where the last tokens carried no text)", lambda m: m.tail, stats=PART_STATS,
+           headline=()),
     Metric("e2e_residual", "client/network (E2E)", "s", "E2E - (frontend + queue + prefill + decode): the client, "
            "the network, and the frontend where the server gives none (sync)", lambda m: m.e2e_residual,
            stats=PART_STATS, headline=()),
