@@ -6,9 +6,9 @@ report and returns the section's HTML ("" where the report has nothing for it),
 and the page gives it its heading, its anchor and its line in the contents. A
 new section is one function, placed where it belongs without touching the rest::
 
-    @RUN_SECTIONS.section("Where the time goes", after="Throughput and latency")
-    def time_spent(report: Report) -> str:
-        return paragraph("...") + table(Table(headers, body)) + chart(figure, "time-spent")
+    @RUN_SECTIONS.section(timing.TITLE, after="Throughput and latency")
+    def time_split(report: Report) -> str:
+        return parts(timing.parts(report.time_split)) + chart(timing.figure(...), "time-split-qa-stream")
 
 Another page (a tuning report) keeps its own :class:`Sections` and writes itself
 with :func:`write_page`. Every text goes through :func:`html.escape`
