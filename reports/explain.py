@@ -91,9 +91,10 @@ def explanation(report: Report) -> str:
         out += [f"{server} {task} {mode}" + ("" if phase == "matrix" else f" ({phase})") + ": " + FORMULAS[mode],
                 level_table(mine), ""]
     out += [untimed_line(s, rows) for s in untimed_servers(rows)]
-    sentences = [g.sentence() for g in growth(rows)]
-    if sentences:
-        out += ([""] if out and out[-1] else []) + sentences
+    grown = growth(rows)
+    if grown:
+        out += ([""] if out and out[-1] else []) + [g.sentence() for g in grown] + [""] + [
+            f"  {g.high.point.task} {g.high.point.mode}: {g.breakdown()}" for g in grown]
     elif groups:
         out.append("One load level per server: no growth with load to name.")
     if not rows:

@@ -127,6 +127,8 @@ def test_explain_prints_the_split_and_names_the_part_that_grew(run, tmp_path, ca
     assert not (run.path / "report").exists() and "(raw logs; nothing written)" in out
     assert "vllm qa stream: TTFT = client/network + frontend + queue + prefill" in out
     assert "at 4 users vllm's TTFT is" in out and "queue (queue grew" in out
+    (breakdown,) = [line for line in out.splitlines() if line.startswith("  qa stream: vllm TTFT grew +")]
+    assert "queue +99 ms (9" in breakdown and "prefill +" in breakdown, breakdown  # 100 - 1 ms: most of the growth
     assert out.count("basic: no per-request timing from the server") == 1
     lines = [line for line in out.splitlines() if line.startswith("| c4")]
     assert len(lines) == 1 and "24/24" in lines[0]
