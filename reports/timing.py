@@ -315,7 +315,8 @@ NOTE = ("Each request's latency in parts, from the server's own per-request timi
         "[95 % interval] over the requests that have it, and its share of TTFT and of E2E, a ratio of means paired "
         "by request [95 %, within-run] (docs/metrics.md, docs/statistics.md).")
 CHECK_NOTE = ("The residual (client/network) beside the client-error bound the run stated of itself: a residual "
-              "within the bound is the client's own timing error. A residual or tail below 0 is counted, never "
+              "within the bound is the client's own timing error; beyond it, the network and the server's untimed "
+              "path from its first-token stamp to the socket. A residual or tail below 0 is counted, never "
               "clipped: the server's parts then exceed what the client measured.")
 
 
