@@ -680,7 +680,7 @@ class LiveStats:
         for metric in self.METRICS:
             sketch = self.sketches[metric.name]
             for value in metric.values(m):
-                sketch.add(max(value, 0.0))  # DDSketch keeps non-negative values apart from negatives
+                sketch.add(value)  # a value below 0 (a residual, a tail) goes to the sketch's negative store
                 self.sums[metric.name] += value
                 if value > self.maxima.get(metric.name, float("-inf")):
                     self.maxima[metric.name] = value

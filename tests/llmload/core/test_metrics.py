@@ -233,4 +233,5 @@ def test_a_negative_residual_is_kept_as_measured_in_every_summary():
     for r in results:
         live.add(r)
     assert live.summary().get("ttft_residual", "mean") == pytest.approx(-0.030)  # a sum: never clipped
+    assert live.summary().get("ttft_residual", "p50") == pytest.approx(-0.030, rel=0.01)  # nor the sketch
     assert summarize(results).get("queue", "p50") == pytest.approx(0.078)
