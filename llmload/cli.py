@@ -37,6 +37,7 @@ COMMANDS = (
     Command("run", "llmload.runner.cli:main", "python -m llmload.runner", "the comparison matrix and its report"),
     Command("report", "reports.merge:main", "python -m reports.merge", "a run folder's report: tables, ratios, plots"),
     Command("compare", "reports.compare:main", "python -m reports.compare", "two run folders compared cell by cell"),
+    Command("explain", "reports.explain:main", "python -m reports.explain", "where a run's latency went, by part"),
     Command("prepare", "llmload.tasks.cli:main", "python -m llmload.tasks", "the prompt sets, one JSONL per task"),
     Command("serve", "server.__main__:main", "python -m server", "the basic server (naive, batched or mock engine)"),
     Command("vllm", "server.vllm_launcher:main", "python -m server.vllm_launcher", "vLLM with the suite's settings"),

@@ -6,9 +6,9 @@ report and returns the section's HTML ("" where the report has nothing for it),
 and the page gives it its heading, its anchor and its line in the contents. A
 new section is one function, placed where it belongs without touching the rest::
 
-    @RUN_SECTIONS.section("Where the time goes", after="Throughput and latency")
-    def time_spent(report: Report) -> str:
-        return paragraph("...") + table(Table(headers, body)) + chart(figure, "time-spent")
+    @RUN_SECTIONS.section(timing.TITLE, after="Throughput and latency")
+    def time_split(report: Report) -> str:
+        return parts(timing.parts(report.time_split)) + chart(timing.figure(...), "time-split-qa-stream")
 
 Another page (a tuning report) keeps its own :class:`Sections` and writes itself
 with :func:`write_page`. Every text goes through :func:`html.escape`
@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 from llmload.core.metrics import column_scale
 from llmload.core.stats import Interval
-from reports import content, cost, failures, sections, steady
+from reports import content, cost, failures, sections, steady, timing
 from reports.format import Part, Table, figure_text, ratio_text, title
 from reports.report import Report
 from reports.rows import RATIO_COLUMNS, Row
@@ -315,6 +315,14 @@ def throughput_latency(report: Report) -> str:
     tasks = sorted({r.point.task for r in report.groups if r.ok and r.point.phase != "capacity"
                     and r.get("output_token_throughput") is not None})
     return "".join(chart(curve_figure(report.groups, task), f"curve-{task}") for task in tasks)
+
+
+@RUN_SECTIONS.section(timing.TITLE, after="Throughput and latency")
+def time_split(report: Report) -> str:
+    rows = report.time_split or []
+    panels = dict.fromkeys((r.point.task, r.point.mode) for r in rows if r.timed)
+    return parts(timing.parts(rows), "time-split") + "".join(
+        chart(timing.figure(rows, task, mode), f"time-split-{task}-{mode}") for task, mode in panels)
 
 
 @RUN_SECTIONS.section("Sweep and capacity cells")

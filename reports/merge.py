@@ -28,7 +28,7 @@ from llmload.core.metrics import FIGURES, METRICS
 from monitors.sampler import PEAK_KEYS
 from reports.calibrate import add_calibration_options, applicable, find_calibration
 from reports.estimates import estimated
-from reports import cost, failures, html, sections, steady
+from reports import cost, failures, html, sections, steady, timing
 from reports.content import (CAPACITY_NOTE, LEAD, PREFIX_NOTE, REPEATS_NOTE, TURNS_NOTE, capacity_table,
                              flagged_tokens, identity, main_rows, missing_cells, order_table, prefix_table,
                              ratio_note, ratio_table, repeats_table, run_to_run_note, summary_table, tokens_note,
@@ -120,7 +120,8 @@ def build_report(run: RunData, baseline: str | None = None, tokenizer: str | Non
                   prefix=sections.prefix_rows(groups, run.prefix_caching, calibration),
                   steady=steady.steady_rows(run, rows), cost=cost.cost_rows(run, rows),
                   capacity_cost=cost.capacity_cost_rows(run, rows), order=sections.order_rows(run),
-                  failures=failures.failure_rows(rows))
+                  failures=failures.failure_rows(rows),
+                  time_split=timing.split_rows(run, groups))
 
 
 # --------------------------------------------------------------------------- writing
@@ -144,6 +145,7 @@ def markdown(report: Report) -> str:
     if report.warnings:
         parts += ["## Warnings", ""] + [f"- {line}" for line in report.warnings] + [""]
     parts += failures.lines(report.failures)
+    parts += timing.lines(report.time_split or [])
     parts += section_lines(report)
     parts += steady.lines(report.steady, figure_text)
     parts += cost.lines(report.cost, report.capacity_cost)
@@ -197,14 +199,16 @@ def write_report(report: Report, out_dir: Path) -> Path:
                                 ("cost.csv", report.cost, cost.COST_COLUMNS),
                                 ("capacity_cost.csv", report.capacity_cost, cost.CAPACITY_COST_COLUMNS),
                                 ("failures.csv", report.failures, failures.FAILURE_COLUMNS),
-                                ("order.csv", report.order, sections.ORDER_COLUMNS)):
+                                ("order.csv", report.order, sections.ORDER_COLUMNS),
+                                ("time_split.csv", report.time_split, timing.SPLIT_COLUMNS)):
         if rows:
             write_csv(out_dir / name, rows, columns)
     write_csv(out_dir / "tokens.csv", report.tokens, SERVER_COLUMNS)
     write_csv(out_dir / "tokens_requests.csv", report.token_requests, REQUEST_COLUMNS)
     report.plots = [p.name for p in write_plots(report.groups, report.ratios, out_dir, baseline=report.baseline,
                                                 goodput_steps=report.goodput_steps, turns=report.turns,
-                                                server_series=report.series, capacity=report.capacity)]
+                                                server_series=report.series, capacity=report.capacity,
+                                                time_split=report.time_split or [])]
     path = out_dir / "summary.md"
     path.write_text(markdown(report))
     report.save(out_dir / REPORT_JSON)

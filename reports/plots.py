@@ -18,6 +18,7 @@ from llmload.core.points import Point  # noqa: E402
 from reports.format import title  # noqa: E402
 from reports.rows import Ratio, Row  # noqa: E402
 from reports.sections import CapacityRow, GoodputStep, SeriesRow  # noqa: E402
+from reports.timing import COLOURS, NAMES, SplitRow, parts_of  # noqa: E402
 
 MODE_STYLE = {"stream": "-", "sync": "--"}
 
@@ -111,7 +112,7 @@ def matrix_rows(rows: list) -> list:
 
 def write_plots(rows: list[Row], ratios: list[Ratio], out_dir: Path, baseline: str | None,
                 goodput_steps: list[GoodputStep] = (), turns: list[Row] = (), server_series: list[SeriesRow] = (),
-                capacity: list[CapacityRow] = ()) -> list[Path]:
+                capacity: list[CapacityRow] = (), time_split: list[SplitRow] = ()) -> list[Path]:
     """Draw every plot the merged rows allow into ``out_dir``; return the files written."""
     written: list[Path] = []
     matrix = matrix_rows(rows)
@@ -160,7 +161,41 @@ def write_plots(rows: list[Row], ratios: list[Ratio], out_dir: Path, baseline: s
     written += goodput_plots(rows, list(goodput_steps), palette, out_dir, list(capacity))
     written += turn_plots(list(turns), palette, out_dir)
     written += server_plots(list(server_series), out_dir)
+    written += time_split_plots(list(time_split), out_dir)
     return written
+
+
+def time_split_plots(rows: list[SplitRow], out_dir: Path) -> list[Path]:
+    """``time_split.png``: per task and mode, a stacked bar of each part's mean per server and load level
+    (positive parts up from 0, a negative residual below it, as measured) with the client's mean latency."""
+    panels = list(dict.fromkeys((r.point.task, r.point.mode) for r in rows if r.timed))
+    if not panels:
+        return []
+    bars = max(sum(1 for r in rows if r.timed and (r.point.task, r.point.mode) == p) for p in panels)
+    fig, axes = plt.subplots(1, len(panels), figsize=(max(5.5, 0.9 * bars + 4.0) * len(panels), 4.4),
+                             squeeze=False)
+    for ax, (task, mode) in zip(axes[0], panels):
+        mine = [r for r in rows if r.timed and (r.point.task, r.point.mode) == (task, mode)]
+        up, down = [0.0] * len(mine), [0.0] * len(mine)
+        for name in parts_of(mode):
+            found = [r.part(name) for r in mine]
+            if all(p is None or p.mean is None for p in found):
+                continue
+            heights = [0.0 if p is None or p.mean is None else p.mean * 1000.0 for p in found]
+            bottoms = [d + h if h < 0 else u for u, d, h in zip(up, down, heights)]
+            ax.bar(range(len(mine)), heights, bottom=bottoms, color=COLOURS[name], label=NAMES[name], width=0.6)
+            up = [u + max(h, 0.0) for u, h in zip(up, heights)]
+            down = [d + min(h, 0.0) for d, h in zip(down, heights)]
+        shown = [(i, r.total * 1000.0) for i, r in enumerate(mine) if r.total is not None]
+        ax.plot([i for i, _ in shown], [t for _, t in shown], "k_", markersize=20, markeredgewidth=2,
+                label=f"client {'TTFT' if mode == 'stream' else 'E2E'} mean")
+        ax.axhline(0.0, color="grey", lw=0.8)
+        ax.set_xticks(range(len(mine)), [f"{r.point.server}\n{r.point.level}" for r in mine], fontsize=8)
+        ax.set_ylabel("ms (mean per request)")
+        ax.set_title(f"{task} {mode}: where the time goes", fontsize=10)
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return [save(fig, out_dir / "time_split.png")]
 
 
 KNEE = (("ttft_p50", "TTFT p50"), ("ttft_p99", "TTFT p99"), ("e2e_p50", "E2E p50"), ("e2e_p99", "E2E p99"))

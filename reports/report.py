@@ -7,8 +7,8 @@ point, its status and its :class:`~reports.estimates.Estimates`, each figure's
 value and :class:`~llmload.core.stats.Interval` with what it covers, its n and
 how it was made), the ratios (:class:`reports.rows.Ratio`), and one record type
 per section (:mod:`reports.sections`, :mod:`reports.cost`, :mod:`reports.steady`,
-:mod:`reports.tokens`, :mod:`reports.failures`). :meth:`Report.save` writes it as JSON (msgspec) with the
-format version of :mod:`llmload.core.formats`; :meth:`Report.load` reads it back
+:mod:`reports.tokens`, :mod:`reports.failures`, :mod:`reports.timing`). :meth:`Report.save` writes it as
+JSON (msgspec) with the format version of :mod:`llmload.core.formats`; :meth:`Report.load` reads it back
 into the same types, numbers as the file holds them (an int stays an int), so
 that every CSV, Markdown and PNG written from a loaded report is the one written
 from the report as built. What a report does not keep: the requests behind its
@@ -42,6 +42,7 @@ from reports.rows import Ratio, Row
 from reports.run import ReportError, RunData, fingerprint
 from reports.sections import CapacityRow, GoodputStep, OrderRow, RepeatRow, SeriesRow
 from reports.steady import SteadyRow
+from reports.timing import SplitRow
 from reports.tokens import RequestTokens, ServerTokens
 
 #: The typed report's file, beside the CSVs and the Markdown.
@@ -101,6 +102,7 @@ class Report:
     cost: list[CostRow] = field(default_factory=list)
     capacity_cost: list[CapacityCostRow] = field(default_factory=list)
     failures: list[FailureRow] = field(default_factory=list)  # cells with failures or retries
+    time_split: list[SplitRow] | None = None  # where the time goes (None: a report made before it was)
     data: RunData | None = field(default=None, metadata=NOT_SAVED)  # the run as read (None: loaded from a file)
 
     def to_builtins(self) -> dict:

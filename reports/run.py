@@ -108,11 +108,11 @@ def load_cell(run_dir: Path, cell: Cell) -> CellData:
             data.results = read_results(files.raw_log)
         except ValueError as exc:
             raise ReportError(str(exc)) from None
-        data.summary = summarize(data.results)
         try:
             data.spans = join_file(data.results, files.spans)  # sets each joined result's server_spans
         except ValueError as exc:
             raise ReportError(str(exc)) from None
+        data.summary = summarize(data.results)  # after the join: a span gives a part of the latency (its frontend)
     elif cell.status == "ok":
         data.status, data.error = "missing", "raw log missing"
     if files.monitor.is_file():

@@ -18,7 +18,10 @@ CHECKED = ("README.md", "docs/results.md", "docs/benchmarks.md", "docs/testing.m
 TEXT = "\n".join((REPO / name).read_text() for name in CHECKED)
 #: The inline code spans (`...`), outside the fenced blocks.
 INLINE_CODE = re.findall(r"`([^`\n]+)`", re.sub(r"```.*?```", "", TEXT, flags=re.S))
-CODE = "\n".join(re.findall(r"```(?:bash)?\n(.*?)```", TEXT, flags=re.S)) + "\n" + "\n".join(INLINE_CODE)
+#: The shell blocks (```bash or bare); every fence is matched as a pair, so a ```python block's closing fence is
+#: never taken for an opening one.
+CODE = "\n".join(body for lang, body in re.findall(r"```(\w*)\n(.*?)```", TEXT, flags=re.S)
+                 if lang in ("", "bash")) + "\n" + "\n".join(INLINE_CODE)
 
 # vLLM's own entry point takes a minute to print its help; the vLLM cell test starts it for real.
 MODULES = sorted(m for m in set(re.findall(r"python -m ([a-z_][\w.]*)", CODE)) - {"venv", "pip"}

@@ -52,6 +52,17 @@ called P2FT):
 * **Retries** (``--retry``, :mod:`llmload.core.retry`): a retried request is one
   request, its latencies from its first attempt's send (the waits included, as
   its user waited), its earlier attempts in ``retries``.
+* **Where the time goes** (:func:`server_parts`): the server's own durations of
+  a request (``server_timing``, vLLM's ``metrics`` object; its request span,
+  ``server_spans``, where that lacks one): **frontend** (received to the engine's
+  queue), **queue**, **prefill** (scheduled to the first token), **decode**
+  (first to last token). With them a stream's TTFT = **TTFT residual** (client,
+  network, and the frontend where the server gives none) + frontend + queue +
+  prefill, and its E2E = TTFT + decode + **tail** (``(E2E - TTFT) - decode``); a
+  sync request's E2E = **E2E residual** + frontend + queue + prefill + decode.
+  Only durations are combined (the server's clock and the client's are never
+  subtracted from each other), and a negative residual or tail is kept as
+  measured.
 """
 
 from __future__ import annotations
@@ -196,6 +207,66 @@ class RequestMetrics:
     ttfo: float | None = None
     reasoning_tokens: int | None = None
     failure_latency: float | None = None  # a failed request's first send to its error (None: not a failure)
+    frontend: float | None = None  # the server's parts (server_parts), seconds
+    queue: float | None = None
+    prefill: float | None = None
+    decode: float | None = None
+    ttft_residual: float | None = None  # stream: TTFT - (frontend + queue + prefill)
+    tail: float | None = None  # stream: (E2E - TTFT) - decode
+    e2e_residual: float | None = None  # sync: E2E - (frontend + queue + prefill + decode)
+
+
+#: Where each server part comes from, in ms: the ``metrics`` object's key (vLLM's names, the basic server's
+#: ``frontend_time_ms``), then the request span's (``server_spans``, :mod:`llmload.core.spans`).
+PART_SOURCES = {"frontend": ("frontend_time_ms", None), "queue": ("queue_time_ms", "time_in_queue_ms"),
+                "prefill": ("time_to_first_token_ms", "time_in_model_prefill_ms"),
+                "decode": ("generation_time_ms", "time_in_model_decode_ms")}
+#: The parts of a latency in the order they stack (client and network first): a stream's TTFT, its E2E, and a
+#: sync request's E2E.
+TTFT_PARTS = ("ttft_residual", "frontend", "queue", "prefill")
+STREAM_PARTS = TTFT_PARTS + ("decode", "tail")
+SYNC_PARTS = ("e2e_residual", "frontend", "queue", "prefill", "decode")
+
+
+def server_parts(result: RequestResult) -> dict[str, float]:
+    """The server's own durations of a request in seconds (frontend, queue, prefill, decode; those it gave).
+
+    Each part from ``server_timing`` first, else from ``server_spans``. vLLM's
+    span gives no frontend of its own: its ``time_to_first_token`` (from arrival,
+    on the API server's clock) less its queue and prefill (on the engine's) is the
+    frontend there, the first token's way back to the API server included.
+    """
+    timing, spans = result.server_timing or {}, result.server_spans or {}
+    parts = {}
+    for part, (key, span_key) in PART_SOURCES.items():
+        value = timing.get(key)
+        if value is None and span_key is not None:
+            value = spans.get(span_key)
+        if value is not None:
+            parts[part] = value / 1000.0
+    arrival = [spans.get(k) for k in ("time_to_first_token_ms", "time_in_queue_ms", "time_in_model_prefill_ms")]
+    if "frontend" not in parts and None not in arrival:
+        parts["frontend"] = (arrival[0] - arrival[1] - arrival[2]) / 1000.0
+    return parts
+
+
+def split_latency(mode: str, e2e: float, ttft: float | None, parts: dict[str, float]) -> dict[str, float]:
+    """The residuals and the tail of one request from its client latencies and its :func:`server_parts`.
+
+    The residual needs the queue and the prefill (and a sync request's the decode); the frontend counts where
+    the server gave it, else it stays in the residual. Nothing is clipped: a negative value is what was measured.
+    """
+    out: dict[str, float] = {}
+    if "queue" not in parts or "prefill" not in parts:
+        return out
+    server = parts.get("frontend", 0.0) + parts["queue"] + parts["prefill"]
+    if mode == "stream" and ttft is not None:
+        out["ttft_residual"] = ttft - server
+        if "decode" in parts:
+            out["tail"] = (e2e - ttft) - parts["decode"]
+    elif mode != "stream" and "decode" in parts:
+        out["e2e_residual"] = e2e - server - parts["decode"]
+    return out
 
 
 def per_token_gaps(offsets: Sequence[float], counts: Sequence[int]) -> tuple[float, ...]:
@@ -238,11 +309,13 @@ def request_metrics(result: RequestResult) -> RequestMetrics:
         e2e = result.end_offset
     speed = tokens / e2e if tokens and e2e > 0 else None
     lag = result.start_time - result.intended_start if result.intended_start is not None else None
+    parts = server_parts(result) if result.server_timing or result.server_spans else {}
     return RequestMetrics(e2e=e2e, ttft=ttft, tpot=tpot, itl=itl, output_tokens=tokens, tokens_per_s=speed,
                           dispatch_lag=lag, e2e_sched=None if lag is None else e2e + lag,
                           ttft_sched=None if lag is None or ttft is None else ttft + lag, ttfo=ttfo,
                           reasoning_tokens=result.reasoning_tokens,
-                          failure_latency=result.end_offset if result.failed else None)
+                          failure_latency=result.end_offset if result.failed else None, **parts,
+                          **(split_latency(result.mode, e2e, ttft, parts) if parts else {}))
 
 
 # --------------------------------------------------------------------------- SLOs
@@ -356,6 +429,9 @@ class Metric:
         return value if self.many else (value,)
 
 
+#: The statistics of the latency's parts (means add up, so the decomposition is of means).
+PART_STATS = ("mean", "p50", "p99")
+
 METRICS: tuple[Metric, ...] = (
     Metric("e2e", "E2E", "s", "t0 to the full body (sync) or the last output chunk (stream)", lambda m: m.e2e),
     Metric("ttft", "TTFT", "s", "t0 to the first output chunk of any kind: reasoning, content or tool call (stream)",
@@ -380,6 +456,25 @@ METRICS: tuple[Metric, ...] = (
     Metric("failure_latency", "failure latency", "s", "first send to the error, failed requests only (retry waits "
            "included; never in E2E or TTFT)", lambda m: m.failure_latency, stats=("mean", "p50", "p99", "max"),
            headline=(), of_failures=True),
+    # where the time goes (server_parts, split_latency): shown in their own section, not the headline tables
+    Metric("frontend", "server frontend", "s", "the server's own time from receiving the request to its engine's "
+           "queue (frontend_time_ms; vLLM: its span's time to first token from arrival - queue - prefill)",
+           lambda m: m.frontend, stats=PART_STATS, headline=()),
+    Metric("queue", "server queue", "s", "queued to scheduled in the server's engine (queue_time_ms)",
+           lambda m: m.queue, stats=PART_STATS, headline=()),
+    Metric("prefill", "server prefill", "s", "scheduled to the first token in the server's engine "
+           "(the metrics object's time_to_first_token_ms)", lambda m: m.prefill, stats=PART_STATS, headline=()),
+    Metric("decode", "server decode", "s", "the first to the last token in the server's engine "
+           "(generation_time_ms)", lambda m: m.decode, stats=PART_STATS, headline=()),
+    Metric("ttft_residual", "client/network (TTFT)", "s", "TTFT - (frontend + queue + prefill): the client, the "
+           "network, and the frontend where the server gives none (stream; may be negative: kept as measured)",
+           lambda m: m.ttft_residual, stats=PART_STATS, headline=()),
+    Metric("tail", "tail", "s", "(E2E - TTFT) - decode: the first to the last chunk beyond the server's decode "
+           "(stream; below 0 where the last tokens carried no text)", lambda m: m.tail, stats=PART_STATS,
+           headline=()),
+    Metric("e2e_residual", "client/network (E2E)", "s", "E2E - (frontend + queue + prefill + decode): the client, "
+           "the network, and the frontend where the server gives none (sync)", lambda m: m.e2e_residual,
+           stats=PART_STATS, headline=()),
 )
 METRIC_BY_NAME = {m.name: m for m in METRICS}
 #: The metrics of failed requests (every other metric is of successful ones).
@@ -758,7 +853,7 @@ class LiveStats:
         for metric in metrics:
             sketch = self.sketches[metric.name]
             for value in metric.values(m):
-                sketch.add(max(value, 0.0))  # DDSketch keeps non-negative values apart from negatives
+                sketch.add(value)  # a value below 0 (a residual, a tail) goes to the sketch's negative store
                 self.sums[metric.name] += value
                 if value > self.maxima.get(metric.name, float("-inf")):
                     self.maxima[metric.name] = value

@@ -8,7 +8,8 @@ between processes as a plain dict (:meth:`LiveBoard.to_wire`):
 * ``tasks``: one :class:`~llmload.core.metrics.LiveStats` per task (the
   run-so-far figures; merged for the total when asked);
 * ``buckets``: one :class:`Bucket` per second (requests, failures, tokens, SLO
-  tallies and a sketch per windowed latency), the sliding window's material, so
+  tallies, a sketch per windowed latency and the sums of the latency's parts
+  where the server timed its requests), the sliding window's material, so
   every read costs the same at 1 k and 10 M results;
 * ``counts``: run-wide tallies (:class:`Counts`: requests late on the schedule,
   successes, the first failure's time);
@@ -41,13 +42,15 @@ from dataclasses import dataclass, field
 from ddsketch import DDSketch
 
 from llmload.core.clienterror import ClockReading, figures_of, summary_block
-from llmload.core.metrics import (SKETCH_RELATIVE_ACCURACY, UNREACHABLE, LiveStats, RequestMetrics, RequestResult,
-                                  RunSummary, sketch_from_bytes, sketch_to_bytes)
+from llmload.core.metrics import (STREAM_PARTS, SKETCH_RELATIVE_ACCURACY, SYNC_PARTS, UNREACHABLE, LiveStats,
+                                  RequestMetrics, RequestResult, RunSummary, sketch_from_bytes, sketch_to_bytes)
 from llmload.loadgen.histograms import TaskHistograms
 
 WINDOW_S = 10
 #: Latencies the window tracks, by metric name.
 WINDOW_METRICS = ("ttft", "tpot", "e2e", "dispatch_lag")
+#: The latency's parts the window averages (where the server timed its requests): the web UI's stacked bar.
+WINDOW_PARTS = tuple(dict.fromkeys(STREAM_PARTS + SYNC_PARTS))
 #: Seconds of history kept for the web UI's charts (one point per second).
 HISTORY_S = 3600
 #: Seconds of buckets kept behind the newest complete second (the window, a master's lag, and a margin).
@@ -71,6 +74,12 @@ class Bucket:
     slo_met: int = 0
     slo_judged: int = 0
     sketches: dict = field(default_factory=_sketches)
+    parts: dict = field(default_factory=dict)  # part -> [sum of seconds, count] (WINDOW_PARTS)
+
+    def add_part(self, name: str, value: float, count: int = 1) -> None:
+        total = self.parts.setdefault(name, [0.0, 0])
+        total[0] += value
+        total[1] += count
 
     def merge(self, other: "Bucket") -> None:
         self.requests += other.requests
@@ -81,11 +90,14 @@ class Bucket:
         for name, sketch in other.sketches.items():
             if sketch.count:
                 self.sketches[name].merge(sketch)
+        for name, (total, count) in other.parts.items():
+            self.add_part(name, total, count)
 
     def to_wire(self) -> dict:
         return {"second": self.second, "requests": self.requests, "failures": self.failures, "tokens": self.tokens,
                 "slo_met": self.slo_met, "slo_judged": self.slo_judged,
-                "sketches": {name: sketch_to_bytes(s) for name, s in self.sketches.items() if s.count}}
+                "sketches": {name: sketch_to_bytes(s) for name, s in self.sketches.items() if s.count},
+                "parts": {name: list(total) for name, total in self.parts.items()}}
 
     @classmethod
     def from_wire(cls, data: dict) -> "Bucket":
@@ -94,6 +106,9 @@ class Bucket:
         for name, blob in data["sketches"].items():
             if name in bucket.sketches:
                 bucket.sketches[name] = sketch_from_bytes(blob)
+        for name, (total, count) in data.get("parts", {}).items():
+            if name in WINDOW_PARTS:
+                bucket.add_part(name, total, count)
         return bucket
 
 
@@ -213,6 +228,10 @@ class LiveBoard:
             value = getattr(metrics, name)
             if value is not None:
                 bucket.sketches[name].add(max(value, 0.0))
+        for name in WINDOW_PARTS:
+            value = getattr(metrics, name)
+            if value is not None:
+                bucket.add_part(name, value)  # a sum: a negative residual counts as measured
         offsets = result.token_offsets if result.mode == "stream" else ()
         if offsets and len(offsets) == metrics.output_tokens:
             for offset in offsets:
@@ -303,12 +322,27 @@ class LiveBoard:
             total.merge(stats)
         return total.summary()
 
+    def _window(self, now: float) -> tuple[int, list[Bucket]]:
+        """The last complete second before ``now`` and the buckets of the ``window_s`` seconds up to it."""
+        last = int(now) - 1  # the current second is still filling
+        seconds = range(last - self.window_s + 1, last + 1)
+        return last, [self._buckets[s] for s in seconds if s in self._buckets]
+
+    def parts(self, now: float | None = None) -> dict:
+        """The mean of each part of the latency (ms) over the window's requests the server timed, and how many
+        requests each mean is of: ``{"parts_ms": {"queue": 12.5, ...}, "counts": {"queue": 40, ...}}``."""
+        _, buckets = self._window(self.now if now is None else now)
+        merged = Bucket(0)
+        for b in buckets:
+            for name, (total, count) in b.parts.items():
+                merged.add_part(name, total, count)
+        return {"parts_ms": {name: round(1000.0 * total / count, 2) for name, (total, count) in merged.parts.items()},
+                "counts": {name: count for name, (_, count) in merged.parts.items()}}
+
     def window(self, now: float | None = None) -> dict:
         """Figures over the last ``window_s`` complete seconds: rates, latency percentiles (ms), SLO."""
         now = self.now if now is None else now
-        last = int(now) - 1  # the current second is still filling
-        seconds = range(last - self.window_s + 1, last + 1)
-        buckets = [self._buckets[s] for s in seconds if s in self._buckets]
+        last, buckets = self._window(now)
         merged = _sketches()
         requests = failures = tokens = met = judged = 0
         for b in buckets:

@@ -276,7 +276,8 @@ class LiveFeed:
         window = self.plugin.board.window()
         window["users"] = users
         head = {"run": self.run, "state": state, "window_s": window.get("window_s"), "now": window,
-                "monitor": self.monitor, "monitoring": self.monitor_path is not None}
+                "parts": self.plugin.board.parts(), "monitor": self.monitor,
+                "monitoring": self.monitor_path is not None}
         text = dumps(head)[:-1]
         return (text + ',"history":[' + ",".join(self._after(self._points, since, limit)) + '],"memory":['
                 + ",".join(self._after(self._memory, msince, limit)) + "]}")

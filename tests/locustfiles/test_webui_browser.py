@@ -11,8 +11,12 @@ opened on the tab; once the charts have points, the test checks that every chart
 drawn and that the TTFT p50 shown (the run-so-far table, the last-10-s card and the
 chart's last point) is the mock's 200 ms, within 196-212 ms: a sketch's quantile is
 within 1 % (about 2 ms), and the loopback and the client's scheduling on this busy
-2-core machine add a few ms. A screenshot goes to the test's temporary folder, and to
-``docs/figures/webui.png`` when ``LLMLOAD_SCREENSHOT=1`` (the README's figure).
+2-core machine add a few ms. The stacked bar of the latency's parts shows the mock's
+known schedule from its own per-request timing: prefill its 200 ms (within 199-210 ms:
+the mock's event loop can only be late), decode 9 x 20 = 180 ms (178-192 ms), no queue
+(no slots: under 2 ms), and the client/network part under 20 ms and not below -1 ms. A
+screenshot goes to the test's temporary folder, and to ``docs/figures/webui.png`` when
+``LLMLOAD_SCREENSHOT=1`` (the README's figure).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import time
 import pytest
 
 from browser import NEEDS_BROWSER, chromium_page
-from locust_helpers import locust_command, write_prompts
+from locust_helpers import ITL_MS, TTFT_MS, locust_command, write_prompts
 from llmload.core.paths import REPO_ROOT
 from llmload.core.services import free_port
 from test_locust_webui import TTFT_HIGH_MS, TTFT_LOW_MS, html_report_run
@@ -36,6 +40,7 @@ SCREENSHOT = REPO_ROOT / "docs" / "figures" / "webui.png"
 #: LLMLOAD_SCREENSHOT=1 also saves the README's figure, from a longer run (about 30 s, so the lines settle).
 FOR_README = os.environ.get("LLMLOAD_SCREENSHOT") == "1"
 WAIT_S = 45
+TOKENS = 10  # --max-tokens with --ignore-eos: the mock's decode is (TOKENS - 1) x ITL_MS
 
 
 @pytest.fixture
@@ -61,9 +66,11 @@ READ_PAGE = """() => {
   document.querySelectorAll('.llmload-card').forEach(c => { cards[c.dataset.key] = c.dataset.value; });
   const lines = {};
   document.querySelectorAll('path.llmload-line').forEach(p => { lines[p.dataset.series] = p.dataset.last; });
+  const parts = {};
+  document.querySelectorAll('rect.llmload-part').forEach(r => { parts[r.dataset.part] = +r.dataset.ms; });
   const panel = document.querySelector('.llmload-panel');
   const tableBox = th && th.closest('table').parentElement;
-  return {charts, table, cards, lines, underTable: !!(panel && tableBox && tableBox.nextElementSibling === panel),
+  return {charts, table, cards, lines, parts, underTable: !!(panel && tableBox && tableBox.nextElementSibling === panel),
           stopped: /STOPPED/.test(document.body.innerText)};
 }"""
 
@@ -94,7 +101,7 @@ def test_llm_tab_draws_live_charts_in_chromium(mock_server, browser_page, tmp_pa
     pool = "12" if FOR_README else "6"
     cmd = locust_command("chat.py", url, "--web-host", "127.0.0.1", "--web-port", str(port), "--autostart",
                          "--autoquit", "4", "-u", pool, "-r", pool, "--rate", "8", "--slo", "ttft=500,e2e=1000",
-                         "--requests", "240" if FOR_README else "100", "-t", "60s", "--max-tokens", "10",
+                         "--requests", "240" if FOR_README else "100", "-t", "60s", "--max-tokens", str(TOKENS),
                          "--ignore-eos",
                          "--dataset", str(prompts), "--csv", str(tmp_path / "run"), "--monitor-pid", str(server_pid))
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -110,7 +117,7 @@ def test_llm_tab_draws_live_charts_in_chromium(mock_server, browser_page, tmp_pa
                     raise
                 time.sleep(0.3)
         shown = wait_for(page, lambda s: all(s["charts"].get(c, 0) >= 4 for c in CHARTS_ALWAYS + CHARTS_WHEN_ASKED)
-                         and s["table"] and s["cards"].get("ttft_p50_ms"))
+                         and s["table"] and s["cards"].get("ttft_p50_ms") and s["charts"].get("parts", 0) >= 5)
         assert shown["underTable"], shown  # the panel sits right under Locust's LLM metrics table
         assert set(CHARTS_ALWAYS) <= set(shown["charts"]), shown
         for chart in CHARTS_ALWAYS + CHARTS_WHEN_ASKED:  # each chart is an SVG with a title and its lines
@@ -122,6 +129,12 @@ def test_llm_tab_draws_live_charts_in_chromium(mock_server, browser_page, tmp_pa
         assert in_tolerance(shown["lines"]["ttft_p50_ms"]), shown  # the chart's newest point
         assert float(shown["lines"]["output_tokens_per_s"]) > 0 and float(shown["cards"]["server_rss_mib"]) > 0
         assert 0 < float(shown["cards"]["slo_attainment_pct"]) <= 100
+        # where the time goes: the mock's own timing of its schedule, the client's residual beside it
+        parts = shown["parts"]
+        assert set(parts) == {"ttft_residual", "frontend", "queue", "prefill", "decode", "tail"}, shown
+        assert TTFT_MS - 1 <= parts["prefill"] <= TTFT_MS + 10 and abs(parts["queue"]) < 2, parts
+        assert (TOKENS - 1) * ITL_MS - 2 <= parts["decode"] <= (TOKENS - 1) * ITL_MS + 12, parts
+        assert -1 <= parts["ttft_residual"] <= 20 and 0 <= parts["frontend"] < 5, parts  # a busy 2-core machine
         page.locator('svg.llmload-chart[data-chart="ttft"]').hover()  # the axis tooltip, as Locust's charts have
         assert "TTFT p50" in page.locator('[data-chart-box="ttft"] .llmload-tooltip').inner_text()
         page.mouse.move(0, 0)

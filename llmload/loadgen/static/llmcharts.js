@@ -10,6 +10,9 @@
  *   LLMCharts.attachToLocust(config)   Locust's page: the panel goes under the "LLM metrics" table
  *   LLMCharts.page(element, {base})    a page of its own: table and charts
  *   LLMCharts.report(element, data)    the HTML report: charts from inline data, no polling
+ *
+ * Under the time charts, "Where the Time Goes": one stacked bar of the mean of each part of the latency over
+ * the last 10 s (live.json's "parts": the server's own queue, prefill, ... where it timed its requests).
  */
 (function (global) {
   "use strict";
@@ -45,6 +48,18 @@
     { id: "lag", title: "Dispatch Lag p99 (ms)", unit: "ms", optional: true, colors: ["#ff6d6d"],
       lines: [{ key: "dispatch_lag_p99_ms", name: "Dispatch lag p99" }] }
   ];
+
+  /* The stacked bar's parts, in the order they happen (llmload.core.metrics STREAM_PARTS / SYNC_PARTS). */
+  var PARTS = [
+    { key: "ttft_residual", name: "client/network", color: "#9e9e9e" },
+    { key: "e2e_residual", name: "client/network", color: "#9e9e9e" },
+    { key: "frontend", name: "frontend", color: "#0099ff" },
+    { key: "queue", name: "queue", color: "#ff6d6d" },
+    { key: "prefill", name: "prefill", color: "#ff9f00" },
+    { key: "decode", name: "decode", color: "#00ca5a" },
+    { key: "tail", name: "tail", color: "#9966CC" }
+  ];
+  var PARTS_HEIGHT = 170;
 
   /* The figures over the last seconds, as cards above the charts. */
   var NOW = [
@@ -289,6 +304,70 @@
     this.tip.style.display = "none";
   };
 
+  /* ------------------------------------------------------------------ the stacked bar of the parts */
+
+  function PartsChart(parent) {
+    this.box = node("div", { "class": "llmload-chart-box llmload-parts-box", "data-chart-box": "parts" }, parent);
+    this.svg = svgNode("svg", { "class": "llmload-chart", "data-chart": "parts", height: PARTS_HEIGHT, role: "img",
+                                "aria-label": "Where the time goes" }, this.box);
+  }
+
+  /* parts: {parts_ms: {queue: 12.5, ...}, counts: {queue: 40, ...}}; positive parts stack right of 0, a negative
+     one (a residual measured below 0) left of it, as measured. */
+  PartsChart.prototype.render = function (parts, theme, windowS) {
+    var svg = this.svg, ms = (parts && parts.parts_ms) || {}, counts = (parts && parts.counts) || {};
+    var width = Math.max(this.box.clientWidth || 0, 320);
+    while (svg.firstChild) svg.removeChild(svg.firstChild);
+    svg.setAttribute("width", width);
+    svg.setAttribute("viewBox", "0 0 " + width + " " + PARTS_HEIGHT);
+    this.box.style.background = theme.background;
+    svgNode("text", { x: 10, y: 24, "class": "llmload-chart-title", fill: theme.text }, svg,
+            "Where the Time Goes (ms, mean of the last " + (windowS || 10) + " s)");
+    var shown = PARTS.filter(function (p) { return present(ms[p.key]); });
+    svg.setAttribute("data-points", shown.length);
+    if (!shown.length) {
+      svgNode("text", { x: width / 2, y: PARTS_HEIGHT / 2 + 10, "text-anchor": "middle", fill: theme.muted,
+                        "class": "llmload-empty" }, svg,
+              "No server timing yet: the server returns no per-request metrics (vLLM: --enable-per-request-metrics)");
+      return;
+    }
+    var legend = svgNode("g", { "class": "llmload-legend" }, svg), x = 0;
+    shown.forEach(function (p) {
+      var item = svgNode("g", { transform: "translate(" + x + ",0)" }, legend), label = p.name + " " + format(ms[p.key]);
+      svgNode("circle", { cx: 7, cy: 43, r: 6, fill: p.color }, item);
+      svgNode("text", { x: 18, y: 47, fill: theme.text, "class": "llmload-legend-text" }, item, label);
+      x += 30 + 7 * label.length;
+    });
+    legend.setAttribute("transform", "translate(" + Math.max((width - x) / 2, 10) + ",0)");
+    var pos = 0, neg = 0;
+    shown.forEach(function (p) { if (ms[p.key] >= 0) pos += ms[p.key]; else neg += ms[p.key]; });
+    var left = GRID.left, right = width - GRID.right, top = 70, bottom = 110;
+    /* the axis runs from the negative parts' sum (0 without one) to the positive ones' rounded up */
+    var step = niceStep((pos - neg) || 1, 6), lo = neg, hi = Math.max(step, Math.ceil(pos / step) * step);
+    var sx = function (v) { return left + (v - lo) / (hi - lo) * (right - left); };
+    for (var t = Math.ceil(lo / step) * step; t <= hi + step / 1e6; t += step) {
+      svgNode("line", { x1: sx(t), x2: sx(t), y1: top - 4, y2: bottom + 4, stroke: t === 0 ? theme.axis : theme.split,
+                        "class": t === 0 ? "llmload-axis" : "llmload-split" }, svg);
+      svgNode("text", { x: sx(t), y: bottom + 20, "text-anchor": "middle", fill: theme.text, "class": "llmload-tick" },
+              svg, tickLabel(t, step));
+    }
+    var up = 0, down = 0;
+    shown.forEach(function (p) {
+      var v = ms[p.key], from = v >= 0 ? up : down + v, to = v >= 0 ? up + v : down;
+      if (v >= 0) up += v; else down += v;
+      var rect = svgNode("rect", { x: sx(from).toFixed(1), y: top, width: Math.max(0, sx(to) - sx(from)).toFixed(1),
+                                   height: bottom - top, fill: p.color, "class": "llmload-part", "data-part": p.key,
+                                   "data-ms": v, "data-requests": counts[p.key] || 0 }, svg);
+      svgNode("title", {}, rect, p.name + ": " + format(v) + " ms (mean of " + (counts[p.key] || 0) + " requests)");
+      if (sx(to) - sx(from) > 7 * (p.name.length + 1)) {
+        svgNode("text", { x: ((sx(from) + sx(to)) / 2).toFixed(1), y: (top + bottom) / 2 + 4, "text-anchor": "middle",
+                          fill: "#fff", "class": "llmload-legend-text", "pointer-events": "none" }, svg, p.name);
+      }
+    });
+    svgNode("text", { x: left, y: PARTS_HEIGHT - 8, fill: theme.muted, "class": "llmload-legend-text" }, svg,
+            "TTFT = client/network + frontend + queue + prefill; E2E = TTFT + decode + tail");
+  };
+
   /* ------------------------------------------------------------------ the panel: cards and charts */
 
   function Panel(container, options) {
@@ -302,6 +381,7 @@
     }
     this.cards = node("div", { "class": "llmload-now" }, this.root);
     this.grid = node("div", { "class": "llmload-charts" }, this.root);
+    this.partsChart = null; this.parts = null; this.windowS = 10;
     this.charts = {};
     this.history = new Series();
     this.memory = new Series();
@@ -320,6 +400,8 @@
     this.monitor = data.monitor || this.monitor;
     this.monitoring = !!data.monitoring;
     this.state = data.state || "";
+    if (data.parts) this.parts = data.parts;
+    if (data.window_s) this.windowS = data.window_s;
     if (data.window_s) this.heading.textContent = "Live: the last " + data.window_s + " s, once a second";
   };
 
@@ -343,6 +425,11 @@
       }
       chart.render(spec.source === "memory" ? self.memory : self.history, theme, domain);
     });
+    if (this.parts) {  /* live.json's parts (the report's inline data has none) */
+      this.partsChart = this.partsChart || new PartsChart(this.grid);
+      if (this.partsChart.box !== this.grid.lastChild) this.grid.appendChild(this.partsChart.box);
+      this.partsChart.render(this.parts, theme, this.windowS);
+    }
   };
 
   /* One time axis for every chart (as Locust's charts share theirs). */

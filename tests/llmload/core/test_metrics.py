@@ -169,3 +169,69 @@ def test_reasoning_counts_in_ttft_tpot_and_tokens_and_the_answer_has_its_own_ttf
     assert plain.get("reasoning_tokens", "mean") is None and "TTFO" not in plain.line()
     zero = summarize([stream_result(reasoning_tokens=0, first_output_offset=0.2)])  # a server that reports 0
     assert zero.get("reasoning_tokens", "mean") == 0 and "reasoning" not in zero.line() and "TTFO" not in zero.line()
+
+
+# --------------------------------------------------------------------------- where the time goes
+
+#: The basic server's metrics object (ms): frontend 2, queue 30, prefill 150, decode 180.
+BASIC_TIMING = {"frontend_time_ms": 2.0, "queue_time_ms": 30.0, "time_to_first_token_ms": 150.0,
+                "generation_time_ms": 180.0, "mean_itl_ms": 20.0, "tokens_per_second": 27.0}
+
+
+def test_stream_latency_splits_into_the_servers_parts_a_residual_and_a_tail():
+    # TTFT 200 ms = residual 18 + frontend 2 + queue 30 + prefill 150; E2E 380 = TTFT + decode 180 + tail 0
+    m = request_metrics(stream_result(server_timing=BASIC_TIMING))
+    assert (m.frontend, m.queue, m.prefill, m.decode) == pytest.approx((0.002, 0.030, 0.150, 0.180))
+    assert m.ttft_residual == pytest.approx(0.200 - 0.002 - 0.030 - 0.150)
+    assert m.tail == pytest.approx((m.e2e - m.ttft) - 0.180) and m.tail == pytest.approx(0.0, abs=1e-9)
+    assert m.ttft == pytest.approx(m.ttft_residual + m.frontend + m.queue + m.prefill)
+    assert m.e2e == pytest.approx(m.ttft + m.decode + m.tail)
+    assert m.e2e_residual is None  # a stream's residual is its TTFT's
+
+
+def test_sync_latency_has_its_e2e_residual():
+    r = RequestResult("r", "qa", "chat", "sync", 0.0, 0.400, [], output_tokens=10, server_timing=BASIC_TIMING)
+    m = request_metrics(r)
+    assert m.e2e_residual == pytest.approx(0.400 - 0.002 - 0.030 - 0.150 - 0.180)
+    assert m.ttft_residual is None and m.tail is None
+
+
+def test_vllms_span_gives_the_frontend_and_its_metrics_object_the_rest():
+    # vLLM's metrics object has no frontend; its request span's TTFT from arrival does: 190 - 30 - 150 = 10 ms
+    timing = {k: v for k, v in BASIC_TIMING.items() if k != "frontend_time_ms"}
+    spans = {"time_in_queue_ms": 30.0, "time_in_model_prefill_ms": 150.0, "time_to_first_token_ms": 190.0,
+             "time_in_model_decode_ms": 181.0, "e2e_ms": 371.0}
+    m = request_metrics(stream_result(server_timing=timing, server_spans=spans))
+    assert m.frontend == pytest.approx(0.010) and m.decode == pytest.approx(0.180)  # the metrics object first
+    assert m.ttft_residual == pytest.approx(0.200 - 0.010 - 0.030 - 0.150)
+    # the metrics object alone: the frontend stays in the residual
+    alone = request_metrics(stream_result(server_timing=timing))
+    assert alone.frontend is None and alone.ttft_residual == pytest.approx(0.200 - 0.030 - 0.150)
+    # the span alone (a server whose responses carry no metrics object)
+    only = request_metrics(stream_result(server_spans=spans))
+    assert (only.queue, only.prefill, only.decode, only.frontend) == pytest.approx((0.030, 0.150, 0.181, 0.010))
+
+
+def test_without_timing_or_with_malformed_timing_the_figures_are_client_only():
+    for r in (stream_result(), stream_result(server_timing=None, flags=["server_timing_malformed"])):
+        m = request_metrics(r)
+        assert (m.frontend, m.queue, m.prefill, m.decode, m.ttft_residual, m.tail) == (None,) * 6
+        assert m.ttft == pytest.approx(0.2)
+    # without the queue (or the prefill) no residual: it would hold an unknown part
+    partial = request_metrics(stream_result(server_timing={"time_to_first_token_ms": 150.0}))
+    assert partial.prefill == pytest.approx(0.150) and partial.ttft_residual is None
+
+
+def test_a_negative_residual_is_kept_as_measured_in_every_summary():
+    # the server says 230 ms before the first token; the client saw it after 200 ms
+    timing = {**BASIC_TIMING, "queue_time_ms": 78.0}
+    results = [stream_result(start=1000.0 + i, server_timing=timing, rid=f"r{i}") for i in range(5)]
+    assert request_metrics(results[0]).ttft_residual == pytest.approx(-0.030)
+    exact = summarize(results)
+    assert exact.get("ttft_residual", "mean") == pytest.approx(-0.030)
+    live = LiveStats()
+    for r in results:
+        live.add(r)
+    assert live.summary().get("ttft_residual", "mean") == pytest.approx(-0.030)  # a sum: never clipped
+    assert live.summary().get("ttft_residual", "p50") == pytest.approx(-0.030, rel=0.01)  # nor the sketch
+    assert summarize(results).get("queue", "p50") == pytest.approx(0.078)

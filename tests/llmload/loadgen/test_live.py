@@ -97,3 +97,29 @@ def test_reachability_is_a_gauge_per_worker_and_the_board_reports_the_longest():
     later.reach[""] = a.reach[""]
     merged.merge(over_the_wire(later), "b")  # b's next report: its outage closed (7 s)
     assert merged.unreachable_so_far() == pytest.approx(7.0, abs=0.01)
+
+
+def test_the_window_averages_the_latencys_parts_and_merges_them_over_the_wire():
+    # the server's parts: queue 10 + (i % 3) ms, prefill 40 ms, decode 100 ms; a request it did not time has none
+    now = time.time()
+    whole, parts = LiveBoard(), [LiveBoard(), LiveBoard()]
+    for i in range(60):
+        timing = None if i % 10 == 0 else {"queue_time_ms": 10.0 + i % 3, "time_to_first_token_ms": 40.0,
+                                           "generation_time_ms": 100.0}
+        r = result(i, now - 6.0 + 0.05 * i, server_timing=timing)
+        for board in (whole, parts[i % 2]):
+            board.add(r, request_metrics(r))
+    merged = LiveBoard()
+    for node, part in enumerate(parts):
+        merged.merge(over_the_wire(part), f"w{node}")
+    found = whole.parts(now)
+    assert found["counts"]["queue"] == 54 and found["counts"]["prefill"] == 54
+    timed = [i for i in range(60) if i % 10]
+    assert found["parts_ms"]["queue"] == pytest.approx(sum(10.0 + i % 3 for i in timed) / 54, abs=0.01)
+    assert found["parts_ms"]["prefill"] == pytest.approx(40.0) and found["parts_ms"]["decode"] == pytest.approx(100.0)
+    ttfts = [0.05 + 0.01 * (i % 7) for i in timed]
+    residual = sum(t * 1000.0 - (10.0 + i % 3) - 40.0 for t, i in zip(ttfts, timed)) / 54
+    assert found["parts_ms"]["ttft_residual"] == pytest.approx(residual, abs=0.01)  # negative here: kept
+    assert "frontend" not in found["parts_ms"] and "e2e_residual" not in found["parts_ms"]
+    assert merged.parts(now) == found
+    assert LiveBoard().parts(now) == {"parts_ms": {}, "counts": {}}

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from llmload.core.metrics import request_metrics
 from llmload.core.rawlog import read_results
 from llmload.core.runfiles import read_cells
 from llmload.core.services import ServiceProcess, free_port, local_url
@@ -18,6 +19,8 @@ from llmload.runner.options import build_parser, parse_settings
 from llmload.targets import KINDS, register
 from llmload.targets.basic import basic_server_command
 from prompt_sets import make_data
+from reports.explain import main as explain
+from reports.report import saved_report
 from runner_helpers import RenamedMock, read_summary, run_runner
 
 PROGRESS = re.compile(r"^\[(\d+)/(\d+)\] (\S+) (\w+) (\w+) c=(\d+): (\d+) req, (\d+) failed, E2E p50 \d+ ms"
@@ -158,10 +161,12 @@ def test_server_dying_mid_run_marks_the_rest_and_stop_on_error(tmp_path):
 
 @pytest.mark.model
 @pytest.mark.integration
-def test_basic_server_on_the_real_model(tmp_path, default_model):
+def test_basic_server_on_the_real_model(tmp_path, default_model, capsys):
+    """The batched engine on the embedded model: every request carries the server's own timing, and the latency
+    splits into consistent parts (docs/metrics.md), in the report and in llmload explain."""
     data = make_data(tmp_path / "data")
     run_dir = tmp_path / "run"
-    proc = run_runner("--servers", "basic", "--tasks", "qa", "--modes", "stream", "--parallel", "2",
+    proc = run_runner("--servers", "batched", "--tasks", "qa", "--modes", "stream", "--parallel", "2",
                       "--requests", "2", "--max-tokens", "8", "--data-dir", str(data), "--out", str(run_dir),
                       "--repeat", "1")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -169,10 +174,26 @@ def test_basic_server_on_the_real_model(tmp_path, default_model):
     assert row["status"] == "ok" and int(row["failures"]) == 0
     assert float(row["output_token_throughput"]) > 0
     assert float(row["peak_server_rss_mib"]) > 200  # the model's weights are in the server's memory
-    raw = read_results(run_dir / "basic-naive" / "qa_stream_c2_requests.jsonl")
+    raw = read_results(run_dir / "basic-batched" / "qa_stream_c2_requests.jsonl")
     assert [r.output_tokens for r in raw] == [8, 8]
     info = json.loads((run_dir / "run.json").read_text())
     assert info["served_model_name"] == "SmolLM2-135M-Instruct" and info["settings"]["concurrency"] == [2]
+    # where the time goes: each request timed by the server, its parts inside what the client measured
+    bound = json.loads((run_dir / "basic-batched" / "qa_stream_c2_summary.json").read_text())["client_error"]
+    slack = (bound["bound_ms"] if bound else 0.0) / 1000.0
+    for r in raw:
+        m = request_metrics(r)
+        assert None not in (m.frontend, m.queue, m.prefill, m.decode), r.server_timing
+        assert m.frontend + m.queue + m.prefill <= m.ttft + slack and m.ttft_residual >= -slack, m
+        assert m.prefill > 0 and m.decode > 0 and m.e2e == pytest.approx(m.ttft + m.decode + m.tail), m
+        if len(r.token_offsets) == r.output_tokens:  # every token a chunk: the server's decode within the client's
+            assert m.tail >= -slack - 0.005, m  # (a last token without text ends the client's E2E a token early)
+    (split,) = saved_report(run_dir).time_split
+    assert (split.timed, split.requests, split.malformed) == (2, 2, 0) and split.frontend_known
+    assert [p.name for p in split.parts] == ["ttft_residual", "frontend", "queue", "prefill", "decode", "tail"]
+    assert "## Where the time goes" in (run_dir / "report" / "summary.md").read_text()
+    assert explain([str(run_dir)]) == 0
+    assert "basic-batched qa stream: TTFT = client/network" in capsys.readouterr().out
 
 
 @pytest.mark.integration

@@ -7,18 +7,22 @@ import json
 
 import pytest
 
+from llmload.core.metrics import request_metrics
 from llmload.core.rawlog import read_results
 from llmload.core.spans import read_spans
 from prompt_sets import make_data
+from reports.explain import main as explain
+from reports.report import saved_report
 from reports.run import load_run
 from runner_helpers import read_summary, run_runner
 
 pytestmark = pytest.mark.e2e
 
 
-def test_one_real_vllm_cell(tmp_path, default_model):
+def test_one_real_vllm_cell(tmp_path, default_model, capsys):
     """The vLLM deployment on a fresh machine: launcher, one Locust run, the monitor, the merge; vLLM's spans
-    received by the runner (--otel-receiver) and joined to the cell's requests."""
+    received by the runner (--otel-receiver) and joined to the cell's requests; its per-request metrics in every
+    response, and the latency split into parts (the frontend from its span) in the report and llmload explain."""
     from server.vllm_launcher import vllm_installed  # only this test needs to know
 
     if not vllm_installed():
@@ -59,6 +63,19 @@ def test_one_real_vllm_cell(tmp_path, default_model):
         # the server's own time from arrival to the last token fits inside what the client measured
         assert timing["time_in_queue_ms"] + timing["time_in_model_prefill_ms"] < r.end_offset * 1000.0
         assert timing["e2e_ms"] < r.end_offset * 1000.0 + 5.0, (timing, r.end_offset)
+        # vLLM's metrics object (--enable-per-request-metrics) in the stream's usage chunk, the same durations
+        assert {"queue_time_ms", "time_to_first_token_ms", "generation_time_ms"} <= set(r.server_timing or {}), r
+        assert r.server_timing["time_to_first_token_ms"] == pytest.approx(timing["time_in_model_prefill_ms"], abs=1.0)
+        m = request_metrics(r)  # the frontend from the span: its TTFT from arrival - queue - prefill
+        assert None not in (m.frontend, m.queue, m.prefill, m.decode, m.ttft_residual, m.tail), m
+        assert m.frontend == pytest.approx((timing["time_to_first_token_ms"] - timing["time_in_queue_ms"]
+                                            - timing["time_in_model_prefill_ms"]) / 1000.0)
+        assert m.frontend + m.queue + m.prefill < m.ttft + 0.005, m  # inside what the client measured
+    (split,) = saved_report(run_dir).time_split  # the runner's own report, saved with the run
+    assert (split.timed, split.requests, split.malformed) == (8, 8, 0) and split.frontend_known
+    assert split.spans == {"joined": 8, "requests_without_span": 0, "spans_without_request": 0, "duplicate_ids": 0}
+    assert [p.name for p in split.parts] == ["ttft_residual", "frontend", "queue", "prefill", "decode", "tail"]
+    assert explain([str(run_dir)]) == 0 and "vllm qa stream: TTFT = client/network" in capsys.readouterr().out
     assert json.loads((run_dir / "run.json").read_text())["baseline"] == "vllm"
     # the monitor read vLLM's own /metrics beside its resources: requests running, KV cache in use
     with open(run_dir / "vllm" / "qa_stream_c2_monitor.csv", newline="") as handle:
