@@ -20,6 +20,11 @@ def _colours(report: TuneReport) -> dict[str, str]:
     return {c.name: PALETTE[i % len(PALETTE)] for i, c in enumerate(report.configs)}
 
 
+def axis_title(column: str) -> str:
+    """An axis's title: per-user tok/s by that name, the others as the tables title them."""
+    return "per-user tok/s" if column == PER_USER else title(column)
+
+
 def _slug(task: str, mode: str) -> str:
     return f"{task}-{mode}"
 
@@ -61,7 +66,7 @@ def pareto_figure(report: TuneReport, task: str, mode: str):
                            f"tok/s; {title(column)} {figure_text(column, y_iv.value, y_iv)} ("
                            f"{'on the front' if on else 'dominated'}; intervals {p.covers})"],
                 hoverinfo="text"), row=1, col=col)
-        fig.update_xaxes(title_text=title(column), row=1, col=col)
+        fig.update_xaxes(title_text=axis_title(column), row=1, col=col)
         fig.update_yaxes(title_text="output tok/s per server", row=1, col=col)
     fig.update_layout(title={"text": f"{task} {mode}: each configuration at its capacity (95 % intervals; the "
                                      "front's configurations as diamonds)", "font": {"size": 14}, "y": 0.98},
@@ -78,14 +83,14 @@ def curves_figure(report: TuneReport, task: str, mode: str):
     mine = [p for p in report.curves if (p.task, p.mode) == (task, mode) and p.output.value is not None]
     latency = latency_column(mode)
     panels = (("latency", latency), ("per_user", PER_USER))
-    fig = make_subplots(rows=1, cols=2, subplot_titles=[f"{title(c)} against output tok/s" for _, c in panels],
+    fig = make_subplots(rows=1, cols=2, subplot_titles=[f"{axis_title(c)} against output tok/s" for _, c in panels],
                         horizontal_spacing=0.1)
     colours = _colours(report)
     lines: dict[tuple[str, int], list] = {}
     for p in mine:
         lines.setdefault((p.config, p.block), []).append(p)
     for (config, block), points in sorted(lines.items()):
-        points = sorted(points, key=lambda p: p.output.value)
+        points = sorted(points, key=lambda p: (p.rate is None, p.rate or p.concurrency))  # the saturation run last
         for col, (axis, column) in enumerate(panels, 1):
             shown = [p for p in points if getattr(p, axis).value is not None]
             if not shown:
@@ -106,7 +111,7 @@ def curves_figure(report: TuneReport, task: str, mode: str):
                            f"{figure_text(column, getattr(p, axis).value, getattr(p, axis))}" for p in shown],
                 hoverinfo="text"), row=1, col=col)
             fig.update_xaxes(title_text="output tok/s", row=1, col=col)
-            fig.update_yaxes(title_text=title(column), row=1, col=col)
+            fig.update_yaxes(title_text=axis_title(column), row=1, col=col)
     fig.update_layout(title={"text": f"{task} {mode}: throughput against latency, each configuration's load points "
                                      "(95 % intervals; its capacity ringed)", "font": {"size": 14}, "y": 0.98},
                       margin={"t": 90})
