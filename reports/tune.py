@@ -42,6 +42,7 @@ from typing import Any
 
 import msgspec
 
+from llmload.core.cliargs import OneLineParser
 from llmload.core.formats import FORMAT_VERSION, version_problem
 from llmload.core.metrics import ratio
 from llmload.core.runfiles import RunFolderError, read_tune
@@ -754,8 +755,6 @@ def make_tune_report(folder: str | Path, out_dir: str | Path | None = None) -> t
 
 
 def main(argv: list[str] | None = None) -> int:
-    from llmload.core.cliargs import OneLineParser
-
     parser = OneLineParser(prog="python -m reports.tune",
                            description="Make (again) the report of a tune folder made by llmload tune: report.json, "
                                        "tune.md and tune.html.")
