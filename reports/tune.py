@@ -40,8 +40,6 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from llmload.core.cliargs import OneLineParser
 from llmload.core.formats import FORMAT_VERSION, version_problem
 from llmload.core.metrics import ratio
@@ -49,7 +47,7 @@ from llmload.core.runfiles import RunFolderError, read_tune
 from llmload.core.stats import Interval, block_ratio_interval, block_ratio_p_value, holm, repeat_interval
 from reports.format import Table, figure_text, markdown_section, number, title
 from reports.records import NOT_SAVED, Number, Record
-from reports.report import built, builtins, saved_report
+from reports.report import built, builtins, load_json, save_json, saved_report
 from reports.rows import Row, run_rows
 from reports.run import ReportError, load_run, report_command
 from reports.sections import capacity_interval, capacity_ratio, slo_text
@@ -256,21 +254,12 @@ class TuneReport:
                 **{f.name: builtins(getattr(self, f.name)) for f in fields(self)}}
 
     def save(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(msgspec.json.encode(self.to_builtins()) + b"\n")
-        return path
+        return save_json(path, self.to_builtins())
 
     @classmethod
     def load(cls, path: str | Path) -> "TuneReport":
         """Read a tune's ``report.json``; :class:`ReportError` (one line) for anything else or another version."""
-        path = Path(path)
-        try:
-            data = msgspec.json.decode(path.read_bytes())
-        except FileNotFoundError:
-            raise ReportError(f"{path}: no such report file") from None
-        except (OSError, msgspec.DecodeError) as exc:
-            raise ReportError(f"{path}: not a tune report ({exc})") from None
+        data = load_json(path)
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise ReportError(f"{path}: not a tune report (its 'format' is not {FORMAT!r})")
         version = data.get("format_version")

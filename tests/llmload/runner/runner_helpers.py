@@ -68,6 +68,20 @@ def register_fakes() -> None:
     register(ExitsAtStart())
 
 
+def error_line(program, argv: list[str], capsys) -> str:
+    """The one ``error:`` line that ``program(argv)`` (a parser or a ``main``) ends with: exit code 2, no
+    traceback."""
+    import pytest  # the helpers are also a script: pytest only where a test asks
+
+    with pytest.raises(SystemExit) as exit_info:
+        program(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
+    return lines[0]
+
+
 def run_runner(*args: str, timeout: float = 600, merged: bool = False, fakes: bool = False
                ) -> subprocess.CompletedProcess:
     """Run the runner; ``merged``: stderr into stdout, as a terminal shows them (``proc.stderr`` is then "")."""

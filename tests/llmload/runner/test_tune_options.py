@@ -14,6 +14,7 @@ from llmload.runner.grid import abbreviations, flag_pairs, flags_text, grid_axis
 from llmload.runner.schedule import Order
 from llmload.runner.tune import main, parse_tune
 from llmload.targets import TargetSettings, get_kind
+from runner_helpers import error_line
 
 pytestmark = pytest.mark.unit
 
@@ -21,13 +22,7 @@ BASE = ["--slo", "e2e=4000", "--tasks", "qa", "--requests", "40", "--slo-target"
 
 
 def error_of(argv: list[str], capsys) -> str:
-    with pytest.raises(SystemExit) as exit_info:
-        main(argv)
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
-    return lines[0]
+    return error_line(main, argv, capsys)
 
 
 @pytest.mark.parametrize("argv, expected", [
