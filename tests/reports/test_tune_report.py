@@ -19,10 +19,12 @@ from report_helpers import ScriptedRun, open_loop, searched
 pytestmark = pytest.mark.unit
 
 
-def scripted_tune(folder, capacities: dict[str, list[float]], ttft: dict[str, float], failed: dict | None = None):
+def scripted_tune(folder, capacities: dict[str, list[float]], ttft: dict[str, float], failed: dict | None = None,
+                  errors: dict[str, int] | None = None, max_error_rate: float | None = None):
     """A tune folder: each configuration's capacity search per block (``capacities``), and the cells of its
-    highest held rate (TTFT ``ttft``); ``failed``: configurations whose server did not start, and why."""
-    failed = failed or {}
+    highest held rate (TTFT ``ttft``; ``errors``: that many of its 40 requests failed); ``failed``:
+    configurations whose server did not start, and why."""
+    failed, errors = failed or {}, errors or {}
     names = list(capacities) + list(failed)
     blocks = max(len(v) for v in capacities.values())
     runs = []
@@ -32,8 +34,10 @@ def scripted_tune(folder, capacities: dict[str, list[float]], ttft: dict[str, fl
             run = ScriptedRun(path)
             entry = searched(capacity, 10.0, name)
             held = entry["bracket"][0]
-            run.add(name, "qa", "stream", 40, open_loop(held, 40, ttft[name], slo_ttft=1.0), rate=held,
-                    phase="capacity", block=1)
+            results = open_loop(held, 40, ttft[name], slo_ttft=1.0)
+            for r in results[:errors.get(name, 0)]:
+                r.success, r.status_code, r.error, r.slo_ok = False, 500, "HTTP 500", False
+            run.add(name, "qa", "stream", 40, results, rate=held, phase="capacity", block=1)
             (path / "capacity.jsonl").write_text(__import__("json").dumps(entry) + "\n")
             runs.append({"config": name, "block": block, "dir": f"runs/{name}/b{block}", "state": "done",
                          "error": "", "attempts": 1})
@@ -44,7 +48,7 @@ def scripted_tune(folder, capacities: dict[str, list[float]], ttft: dict[str, fl
                         "slo_target": 90.0, "order": {"description": "scripted"},
                         "configurations": [{"name": n, "server": n.split("[")[0], "kind": "mock",
                                             "args": f"--flag {i}"} for i, n in enumerate(names)],
-                        "runs": runs, "machine": {"cpu": "Test CPU", "cores": 2, "memory_gib": 8.0}})
+                        "runs": runs, "max_error_rate": max_error_rate, "machine": {"cpu": "Test CPU", "cores": 2, "memory_gib": 8.0}})
     return folder
 
 
@@ -151,3 +155,16 @@ def test_a_folder_that_is_not_a_tune_is_one_line(tmp_path):
     with pytest.raises(ReportError, match="not a tune report"):
         TuneReport.load(tmp_path / "report.json")
     assert Interval(1.0).value == 1.0
+
+
+def test_a_configuration_whose_requests_fail_too_often_is_not_ranked(tmp_path):
+    folder = scripted_tune(tmp_path / "t", {"m[x]": [8.3], "m[y]": [4.1]}, {"m[x]": 0.05, "m[y]": 0.05},
+                           errors={"m[x]": 4}, max_error_rate=0.05)
+    report = build_tune_report(folder)
+    x = next(c for c in report.configs if c.name == "m[x]")
+    assert (x.requests, x.failures) == (40, 4)
+    assert x.excluded == "10.0% of its requests failed, above --max-error-rate 0.05"
+    assert [(s.config, s.rank) for s in report.ranking] == [("m[y]", 1), ("m[x]", None)]
+    assert report.ranking[1].note == f"not ranked: {x.excluded}" and report.comparisons == []
+    assert report.best[0].config == "m[y]" and "the only configuration that held a rate" in report.best[0].sentence
+    assert f"m[x]: not ranked: {x.excluded}" in report.warnings
