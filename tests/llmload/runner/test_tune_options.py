@@ -179,3 +179,14 @@ def test_a_folder_of_another_tune_is_refused_in_one_line(tmp_path, capsys, monke
     (tmp_path / "junk" / "file").write_text("x")
     assert main([*BASE, "--servers", "mock", "--out", str(tmp_path / "junk")]) == 2
     assert "holds something else than a tune" in capsys.readouterr().err
+
+
+def test_a_scenario_gives_the_runners_options_not_the_tunes(tmp_path, capsys):
+    scenario = tmp_path / "s.toml"
+    scenario.write_text('requests = 50\ntasks = ["qa"]\n')
+    tune = parse_tune(["--scenario", str(scenario), "--servers", "mock", "--slo", "e2e=4000", "--slo-target", "90",
+                       "--out", str(tmp_path / "t")])
+    assert tune.settings.requests == 50 and tune.settings.tasks == ["qa"]
+    scenario.write_text('grid = "mock-slots=1,2"\n')
+    line = error_of(["--scenario", str(scenario), "--servers", "mock", *BASE], capsys)
+    assert line == f"error: --scenario {scenario}: grid cannot be given in the file"
