@@ -107,9 +107,10 @@ def build_parser() -> OneLineParser:
         description="Compare server configurations by their capacity at an SLO: each configuration (a server "
                     "with its own flags: --grid, --vllm-args-set or --grid-file, crossed with --servers) started, "
                     "its capacity searched under --slo (--find-capacity) and its throughput-latency curve "
-                    "measured, then stopped, in a seeded interleaved order; the report ranks them with 95 %% "
-                    "intervals, says which differences are significant (Holm's correction), draws the Pareto "
-                    "front and names the best. See docs/tune.md.",
+                    "measured, then stopped, in a seeded interleaved order (--repeat N: every configuration N "
+                    "times, one block each; --order-seed); the report ranks them with 95 % intervals, says which "
+                    "differences are significant (Holm's correction), draws the Pareto front and names the best. "
+                    "The other options are the runner's. See docs/tune.md.",
         epilog="Exit codes: 0 every run done; 1 some configuration failed (its server did not start: recorded, "
                "reported, the tune went on with the others); 2 bad input; 130 or 143 interrupted (SIGINT or "
                "SIGTERM; go on with --resume DIR).")
