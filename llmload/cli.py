@@ -35,6 +35,8 @@ class Command:
 
 COMMANDS = (
     Command("run", "llmload.runner.cli:main", "python -m llmload.runner", "the comparison matrix and its report"),
+    Command("tune", "llmload.runner.tune:main", "python -m llmload.runner.tune",
+            "server configurations ranked by capacity at an SLO"),
     Command("report", "reports.merge:main", "python -m reports.merge", "a run folder's report: tables, ratios, plots"),
     Command("compare", "reports.compare:main", "python -m reports.compare", "two run folders compared cell by cell"),
     Command("explain", "reports.explain:main", "python -m reports.explain", "where a run's latency went, by part"),

@@ -126,10 +126,7 @@ class Report:
 
     def save(self, path: str | Path) -> Path:
         """Write the report as one JSON document."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(msgspec.json.encode(self.to_builtins()) + b"\n")
-        return path
+        return save_json(path, self.to_builtins())
 
     @classmethod
     def from_builtins(cls, data: dict, where: str = "report") -> "Report":
@@ -162,18 +159,30 @@ class Report:
     def load(cls, path: str | Path) -> "Report":
         """Read ``report.json``; :class:`ReportError` (one line) when it is missing, not a report, or of a format
         version this code does not read."""
-        path = Path(path)
-        try:
-            raw = path.read_bytes()
-        except FileNotFoundError:
-            raise ReportError(f"{path}: no such report file") from None
-        except OSError as exc:
-            raise ReportError(f"{path}: cannot read the report: {exc.strerror or exc}") from None
-        try:
-            data = msgspec.json.decode(raw)
-        except msgspec.DecodeError as exc:
-            raise ReportError(f"{path}: not a report: invalid JSON ({exc})") from None
-        return cls.from_builtins(data, str(path))
+        return cls.from_builtins(load_json(path), str(path))
+
+
+def save_json(path: str | Path, data) -> Path:
+    """Write a typed report's builtins (:meth:`Report.to_builtins`, a tune's) as one JSON document."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(msgspec.json.encode(data) + b"\n")
+    return path
+
+
+def load_json(path: str | Path):
+    """A report file's JSON; :class:`ReportError` (one line) when it is missing, unreadable or not JSON."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ReportError(f"{path}: no such report file") from None
+    except OSError as exc:
+        raise ReportError(f"{path}: cannot read the report: {exc.strerror or exc}") from None
+    try:
+        return msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise ReportError(f"{path}: not a report: invalid JSON ({exc})") from None
 
 
 #: The ratio sections and what their ``top`` and ``bottom`` are taken from.

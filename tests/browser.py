@@ -44,3 +44,25 @@ def chromium_page(width: int = 1400, height: int = 900, **context_options):
             yield page
         finally:
             context.close()
+
+
+def read_offline(path, script: str, **context_options):
+    """Open the local page ``path`` with every request beyond its own file blocked, wait (JavaScript on) until
+    each plotly chart has drawn, and return (what ``script`` reads in it, the page's errors, the requests it tried
+    beyond its file)."""
+    with chromium_page(**context_options) as page:
+        outside: list[str] = []
+
+        def block(route):
+            if route.request.url.startswith("file:"):
+                route.continue_()
+            else:
+                outside.append(route.request.url)
+                route.abort()
+
+        page.route("**/*", block)
+        page.goto(path.as_uri(), wait_until="load")
+        if context_options.get("java_script_enabled", True):
+            page.wait_for_function("document.querySelectorAll('div.chart svg.main-svg').length >= "
+                                   "document.querySelectorAll('div.chart').length", timeout=20_000)
+        return page.evaluate(script), page.errors, outside

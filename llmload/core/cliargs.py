@@ -477,17 +477,18 @@ def read_options_file(path: Path, parser: argparse.ArgumentParser, *, exclude: S
     return values
 
 
-def parse_with_file(parser: argparse.ArgumentParser, argv: Sequence[str] | None, dest: str) -> argparse.Namespace:
-    """Parse ``argv``; when the option ``dest`` names a file, its options (:func:`read_options_file`) become the
-    parser's defaults and ``argv`` is parsed again, so that a flag on the command line wins over the file.
-    A bad file ends the program as a bad flag does (``parser.error``: one line, exit code 2)."""
+def parse_with_file(parser: argparse.ArgumentParser, argv: Sequence[str] | None, dest: str,
+                    exclude: Sequence[str] = ()) -> argparse.Namespace:
+    """Parse ``argv``; when the option ``dest`` names a file, its options (:func:`read_options_file`; not those of
+    ``exclude``) become the parser's defaults and ``argv`` is parsed again, so that a flag on the command line wins
+    over the file. A bad file ends the program as a bad flag does (``parser.error``: one line, exit code 2)."""
     namespace = parser.parse_args(argv)
     path = getattr(namespace, dest, None)
     if path is None:
         return namespace
     flag = next((a.option_strings[0] for a in parser._actions if a.dest == dest), dest)
     try:
-        values = read_options_file(path, parser, exclude=(dest,), what=f"{flag} {path}")
+        values = read_options_file(path, parser, exclude=(dest, *exclude), what=f"{flag} {path}")
     except CLIError as exc:
         parser.error(str(exc))
     parser.set_defaults(**values)

@@ -13,6 +13,14 @@
         <server>/<cell>_stats.csv ...    Locust's own CSVs; ``_summary.json`` the load generator's summary
         report/                      what ``python -m reports.merge`` writes (``report.json``: the typed report)
 
+A tune (``llmload tune``) is a folder of such runs:
+
+    results/<tune>/
+        tune.json                    its settings, configurations, the order of its runs and each run's state
+                                     (:func:`write_tune`, rewritten whole as the tune goes; ``format`` "llmload-tune")
+        runs/<configuration>/b<block>/   one run folder per configuration and block
+        report/                      the tune's report (``report.json``, ``tune.md``, ``tune.html``)
+
 Nothing here imports above the core; the reports read a run through these functions only.
 """
 
@@ -36,6 +44,13 @@ SPANS = "spans.jsonl"
 DEFAULT_BASELINE = "vllm"
 #: What became of a cell.
 STATUSES = ("pending", "running", "ok", "failed", "skipped", "interrupted")
+#: A tune's state file, what it says it is, and the folder of its runs.
+TUNE_MANIFEST = "tune.json"
+TUNE_FORMAT = "llmload-tune"
+TUNE_RUNS = "runs"
+#: What became of one run of a tune (a configuration in a block): ``done`` (measured, whatever the search found),
+#: ``failed`` (its server did not start, or the run stopped with an error), ``interrupted``.
+TUNE_STATES = ("pending", "running", "done", "failed", "interrupted")
 
 
 #: The status of a cell its load generator stopped early because more requests failed than --max-error-rate allows
@@ -194,3 +209,28 @@ def read_capacity(run_dir: Path) -> list[dict]:
                 continue
             found[(entry.get("server"), entry.get("task"), entry.get("mode"))] = entry
     return list(found.values())
+
+
+def write_tune(tune_dir: Path, info: dict) -> Path:
+    """Write ``tune.json`` whole (through a temporary file), its ``format`` and ``format_version`` first."""
+    info = {"format": TUNE_FORMAT, "format_version": FORMAT_VERSION,
+            **{k: v for k, v in info.items() if k not in ("format", "format_version")}}
+    return atomic_write_text(Path(tune_dir) / TUNE_MANIFEST, json.dumps(info, indent=2, default=str) + "\n")
+
+
+def read_tune(tune_dir: Path) -> dict:
+    """``tune.json`` of a tune folder; :class:`RunFolderError` (one line) when there is none, it is not a tune's,
+    or it is of a newer format."""
+    path = Path(tune_dir) / TUNE_MANIFEST
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RunFolderError(f"{tune_dir} has no {TUNE_MANIFEST}: is it a folder made by `llmload tune`?") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RunFolderError(f"{path}: cannot read it ({exc})") from None
+    if not isinstance(info, dict) or info.get("format") != TUNE_FORMAT:
+        raise RunFolderError(f"{path}: not a tune's state file (its 'format' is not {TUNE_FORMAT!r})")
+    problem = version_problem(info.get("format_version"), str(path))
+    if problem:
+        raise RunFolderError(problem)
+    return info

@@ -18,6 +18,8 @@ reasons for them are in ``docs/statistics.md``.
 * :func:`repeat_interval`, :func:`repeat_ratio_interval`: Student's / Welch's t over
   repeated runs (both levels of variation); :func:`block_ratio_interval`: a ratio's repeats
   paired by the block of the interleaved order they ran in (Student's t over each block's ratio).
+* :func:`block_ratio_p_value`: the paired t-test behind :func:`block_ratio_interval`; :func:`holm`: Holm's
+  step-down adjustment of a family of p-values (multiple comparisons).
 * :func:`min_samples`: the minimum-sample rule.
 
 Every :class:`Interval` says in ``covers`` which levels of variation it covers. A
@@ -781,3 +783,37 @@ def block_ratio_interval(top: Mapping[Hashable, float], bottom: Mapping[Hashable
     centre = float(logs.mean())
     return Interval(value, math.exp(centre - half), math.exp(centre + half), int(logs.size),
                     paired_repeats(logs.size), "Student's t over paired blocks")
+
+
+def block_ratio_p_value(top: Mapping[Hashable, float], bottom: Mapping[Hashable, float]) -> float | None:
+    """The two-sided p-value of the paired t-test that :func:`block_ratio_interval` inverts: whether the mean of
+    each block's log ratio is 0 (its interval excludes 1 exactly when this is below 0.05). None with fewer than
+    two blocks both sides ran with positive figures; 0 when every block's ratio is the same and not 1."""
+    blocks = [k for k in top if k in bottom and top[k] is not None and bottom[k] is not None]
+    a = np.asarray([top[k] for k in blocks], dtype=float)
+    b = np.asarray([bottom[k] for k in blocks], dtype=float)
+    if len(blocks) < 2 or (a <= 0).any() or (b <= 0).any():
+        return None
+    logs = np.log(a) - np.log(b)
+    spread = float(logs.std(ddof=1))
+    if spread == 0.0:
+        return 1.0 if float(logs.mean()) == 0.0 else 0.0
+    from scipy import stats as scipy_stats  # scipy: only where a p-value is asked for
+
+    t = float(logs.mean()) / (spread / math.sqrt(logs.size))
+    return float(2.0 * scipy_stats.t.sf(abs(t), logs.size - 1))
+
+
+def holm(p_values: Sequence[float | None]) -> list[float | None]:
+    """Holm's step-down adjustment (Holm 1979): the i-th smallest of m p-values times (m - i + 1), made
+    non-decreasing in that order and capped at 1; a hypothesis is rejected at level alpha when its adjusted
+    p-value is at most alpha, which keeps the chance of any false rejection in the family at most alpha whatever
+    the dependence between the tests. None (a comparison that could not be tested) stays None and does not
+    count in m."""
+    tested = sorted((p, i) for i, p in enumerate(p_values) if p is not None)
+    adjusted: list[float | None] = [None] * len(p_values)
+    running = 0.0
+    for rank, (p, i) in enumerate(tested):
+        running = max(running, min(1.0, (len(tested) - rank) * p))
+        adjusted[i] = running
+    return adjusted

@@ -100,6 +100,18 @@ class Order:
             ordered += [groups[g][i] for i in rng.permutation(len(groups[g]))]
         return ordered
 
+    def runs(self, names: list[str], blocks: int) -> list[tuple[str, int]]:
+        """The order of whole runs of ``names`` (a tune's configurations), each run ``blocks`` times: (name,
+        block) pairs. Interleaved: block after block, each a random order of every name drawn from the seed and
+        the block's number as :meth:`block` draws it; sequential: each name's blocks in a row, in the order given."""
+        if not self.interleaved:
+            return [(name, block) for name in names for block in range(1, blocks + 1)]
+        out: list[tuple[str, int]] = []
+        for block in range(1, blocks + 1):
+            rng = np.random.default_rng([self.seed, block])
+            out += [(names[i], block) for i in rng.permutation(len(names))]
+        return out
+
     def describe(self) -> str:
         if not self.interleaved:
             return "sequential (each server in turn, each level's repeats in a row)"

@@ -14,8 +14,9 @@ import shlex
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
-from llmload.core.cliargs import non_negative_float, non_negative_int, option, positive_float, positive_int
+from llmload.core.cliargs import CLIError, non_negative_float, non_negative_int, option, positive_float, positive_int
 from llmload.core.defaults import (KV_CACHE_GIB, MAX_MODEL_LEN, SERVER_START_TIMEOUT_S, SERVER_THREADS,
                                    VLLM_START_TIMEOUT_S)
 from llmload.core.services import ServiceError, ServiceProcess, free_port, http_ok, local_url
@@ -62,6 +63,9 @@ class TargetKind(ABC):
     metrics_path: str | None = "/metrics"  # Prometheus text, where the server has it
     external: bool = False  # already running at a URL: never started nor stopped here
     prefix_caching: bool | None = None  # its prefix cache on or off; None: no prefix cache to switch
+    #: Whose flags a tune's configuration of this kind sets (``llmload tune``): "server" (``python -m server``'s:
+    #: ``--grid``), "vllm" (``vllm serve``'s: ``--vllm-args-set``); None: none.
+    tune_flags: str | None = None
 
     def unavailable(self) -> str | None:
         """Why this kind cannot run here (one line), or None."""
@@ -80,6 +84,14 @@ class TargetKind(ABC):
 
     def start_timeout(self, settings: TargetSettings) -> float:
         return settings.start_timeout
+
+    def tuned(self, settings: TargetSettings, flags: Sequence[tuple[str, str | bool]]) -> TargetSettings:
+        """``settings`` with one tune configuration's own flags on top: ``(name, value)`` pairs, the flag's name
+        without its dashes, True for a switch given bare. Raises :class:`CLIError` (one line) for a flag this kind
+        does not take or a value it cannot read."""
+        if flags:
+            raise CLIError(f"{self.name}: a tune cannot set its flags (the suite knows none of them)")
+        return settings
 
     def memory_gib(self, settings: TargetSettings) -> float:
         """Memory the server's process tree needs at its peak, before it has been measured (GiB; docs/runner.md)."""

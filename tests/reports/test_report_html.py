@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from browser import NEEDS_BROWSER, chromium_page
+from browser import NEEDS_BROWSER, read_offline
 from reports.format import number, shown, title
 from reports.html import REPORT_HTML, RUN_SECTIONS
 from reports.merge import merge_run
@@ -56,22 +56,7 @@ def report_dir(tmp_path_factory):
 
 def open_page(path, **options) -> tuple[dict, list[str], list[str]]:
     """The page's charts, tables and sections, its errors, and every request it tried beyond its own file."""
-    with chromium_page(**options) as page:
-        outside: list[str] = []
-
-        def block(route):
-            if route.request.url.startswith("file:"):
-                route.continue_()
-            else:
-                outside.append(route.request.url)
-                route.abort()
-
-        page.route("**/*", block)
-        page.goto(path.as_uri(), wait_until="load")
-        if options.get("java_script_enabled", True):
-            page.wait_for_function("document.querySelectorAll('div.chart svg.main-svg').length >= "
-                                   "document.querySelectorAll('div.chart').length", timeout=20_000)
-        return page.evaluate(READ_PAGE), page.errors, outside
+    return read_offline(path, READ_PAGE, **options)
 
 
 def test_charts_draw_offline_and_the_tables_hold_the_csv_figures(report_dir):

@@ -1,8 +1,9 @@
 """Helpers of the runner tests: prompt sets, running the runner, fake server kinds.
 
-Run as a script, it is the runner with the fake kinds registered:
+Run as a script, it is the runner (or, with ``tune`` first, ``llmload tune``) with the fake kinds registered:
 
     python tests/llmload/runner/runner_helpers.py --servers renamed-mock ...
+    python tests/llmload/runner/runner_helpers.py tune --servers mock,exits-at-start ...
 """
 
 from __future__ import annotations
@@ -50,9 +51,35 @@ class NeverReady(TargetKind):
         return [sys.executable, "-c", "import time; time.sleep(600)"]
 
 
+class ExitsAtStart(TargetKind):
+    """A server that cannot start: it exits at once, saying why (a configuration that fails to start)."""
+
+    name = "exits-at-start"
+    description = "a process that exits before it is ready"
+    needs_model = False
+
+    def command(self, settings: TargetSettings, port: int) -> list[str]:
+        return [sys.executable, "-c", "import sys; sys.exit('cannot start: an impossible setting')"]
+
+
 def register_fakes() -> None:
     register(RenamedMock())
     register(NeverReady())
+    register(ExitsAtStart())
+
+
+def error_line(program, argv: list[str], capsys) -> str:
+    """The one ``error:`` line that ``program(argv)`` (a parser or a ``main``) ends with: exit code 2, no
+    traceback."""
+    import pytest  # the helpers are also a script: pytest only where a test asks
+
+    with pytest.raises(SystemExit) as exit_info:
+        program(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
+    return lines[0]
 
 
 def run_runner(*args: str, timeout: float = 600, merged: bool = False, fakes: bool = False
@@ -136,4 +163,9 @@ SIGNALS = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM}
 
 if __name__ == "__main__":
     register_fakes()
+    if sys.argv[1:2] == ["tune"]:
+        from llmload.runner.tune import main as tune_main
+
+        sys.argv = ["llmload tune", *sys.argv[2:]]
+        raise SystemExit(tune_main(sys.argv[1:]))
     raise SystemExit(runner_main(sys.argv[1:]))

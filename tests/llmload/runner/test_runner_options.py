@@ -16,17 +16,11 @@ from llmload.runner.options import (FULL, GROUPS, PROFILES, QUICK, RunnerSetting
                                     parse_settings, resolve)
 from llmload.targets import TargetSettings, parse_targets
 from llmload.tasks import default_task_names, task_names
-from runner_helpers import run_runner
+from runner_helpers import error_line, run_runner
 
 
 def error_of(argv: list[str], capsys) -> str:
-    with pytest.raises(SystemExit) as exit_info:
-        parse_args(argv)
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
-    return lines[0]
+    return error_line(parse_args, argv, capsys)
 
 
 @pytest.mark.parametrize("argv, expected", [
