@@ -28,7 +28,6 @@ start, or its run stopped with an error; the others are measured and reported),
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime as dt
 import json
 import shlex
@@ -38,7 +37,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
-from llmload.core.cliargs import (CLIError, OneLineParser, add_options, fail, from_namespace, number, option,
+from llmload.core.cliargs import (CLIError, OneLineParser, add_options, fail, from_namespace, option,
                                   option_fields, parse_with_file, print_error)
 from llmload.core.paths import RESULTS_DIR
 from llmload.core.runfiles import (TUNE_MANIFEST, TUNE_RUNS, RunFolderError, read_capacity, read_cells, read_tune,
@@ -52,14 +51,6 @@ from llmload.runner.schedule import Order
 from llmload.targets import get_kind
 
 PROG = "python -m llmload.runner.tune"
-
-
-def share(text: str) -> float:
-    """A share between 0 and 1 (``--max-error-rate``)."""
-    value = number(float, 0.0, what="a share in [0, 1]")(text)
-    if value > 1.0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a share in [0, 1] (0.05 = 5 %)")
-    return value
 
 
 @dataclass(frozen=True)
@@ -83,16 +74,11 @@ class TuneOptions:
         None, "go on with the tune in DIR with the settings it was started with: its finished runs are kept, its "
               "interrupted one runs again (the same as giving its command again with --out DIR)", type=Path,
         metavar="DIR")
-    max_error_rate: float | None = option(
-        None, "largest share of a configuration's requests that may fail (0 to 1): one above it is not ranked "
-              "(default: none)", type=share, metavar="R")
 
 
-#: The tune's options that a runner option of the same name replaces once the runner declares it (one
-#: declaration each: ``--max-error-rate`` is meant to become the runner's).
-_RUNNER_FIELDS = {f.name for f in dataclasses.fields(RunnerSettings)}
+
 #: The tune's own options (what a --scenario file cannot give).
-TUNE_OPTIONS = [f.name for f in option_fields(TuneOptions) if f.name not in _RUNNER_FIELDS]
+TUNE_OPTIONS = [f.name for f in option_fields(TuneOptions)]
 #: Runner options a tune refuses: it repeats whole configurations, and ranks them without a baseline.
 REFUSED = {"target_ci": "a tune repeats whole configurations: --repeat N runs each N times, one block each",
            "max_repeats": "a tune repeats whole configurations: --repeat N runs each N times, one block each",
@@ -183,7 +169,7 @@ def parse_tune(argv: Sequence[str]) -> Tune:
             fail(f"{kind}: {why}")
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     return Tune(settings, found, settings.repeat, Path(settings.out or RESULTS_DIR / f"tune-{stamp}"), argv,
-                getattr(namespace, "max_error_rate", None))
+                settings.max_error_rate)
 
 
 def resumed(parser: argparse.ArgumentParser, argv: list[str], folder: Path) -> Tune:

@@ -53,8 +53,8 @@ def scripted_tune(folder, capacities: dict[str, list[float]], ttft: dict[str, fl
 
 
 def test_with_blocks_the_ranking_pairs_by_block_and_holm_decides(tmp_path):
-    folder = scripted_tune(tmp_path / "t", {"m[a]": [8.3, 8.0, 8.6], "m[b]": [4.1, 4.3, 4.0],
-                                            "m[c]": [4.2, 4.0, 4.4]},
+    folder = scripted_tune(tmp_path / "t", {"m[a]": [8.3, 8.0, 8.6], "m[b]": [4.0, 4.4, 3.8],
+                                            "m[c]": [4.2, 4.0, 4.6]},
                            {"m[a]": 0.05, "m[b]": 0.05, "m[c]": 0.2}, failed={"m[d]": "server failed to start: x"})
     report = build_tune_report(folder)
     ranked = [s for s in report.ranking if s.rank is not None]
