@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 PY=${VENV:-.venv}/bin/python
 SELECT=${1:-}
 shift || true
-WORKERS=${LLMLOAD_TEST_WORKERS:-2}
+WORKERS=${LLMLOAD_TEST_WORKERS:-3}  # 3 on 2 cores: the tests wait on servers part of the time (docs/testing.md)
 if [ "$WORKERS" = 0 ]; then
   exec "$PY" -m pytest ${SELECT:+-m "$SELECT"} "$@"
 fi

