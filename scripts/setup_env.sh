@@ -37,9 +37,7 @@ if [ "${LLMLOAD_CHROMIUM:-1}" != 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get
   CHROMIUM_PID=$!
 fi
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-# --no-compile: pip byte-compiles every installed module (43 s of a 132 s install here, measured 2026-12-05);
-# Python compiles the few the suite imports on first use instead, and caches them the same way.
-PIP=("$VENV/bin/python" -m pip install --progress-bar off --no-compile)
+PIP=("$VENV/bin/python" -m pip install --progress-bar off)
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 case "$FLAVOUR" in
   cpu)
