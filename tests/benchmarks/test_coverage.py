@@ -59,6 +59,7 @@ def test_one_slow_run_among_four_is_caught_by_the_cross_validated_calibration(tm
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_the_benchmark_end_to_end_on_the_mock(tmp_path, capsys):
     data = make_data(tmp_path / "data", ("qa",), n=16)
     code = main(["--engines", "mock", "--repeat", "3", "--requests", "16", "--max-tokens", "8", "--concurrency", "4",

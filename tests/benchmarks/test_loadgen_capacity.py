@@ -27,6 +27,7 @@ FAST_ACCURACY = ["--users", "1,4", "--requests-per-user", "2", "--tokens", "8", 
 
 @pytest.mark.integration
 @pytest.mark.serial
+@pytest.mark.slow
 def test_locust_capacity_and_accuracy_end_to_end(tmp_path, capsys):
     out = tmp_path / "bench"
     code = main(["--tools", "locust", "--parts", "capacity,accuracy", "--capacity-users", "2",
@@ -63,6 +64,7 @@ def test_locust_capacity_and_accuracy_end_to_end(tmp_path, capsys):
 
 @pytest.mark.integration
 @pytest.mark.serial
+@pytest.mark.slow
 def test_locust_rate_part_measures_the_dispatch_lag_at_each_offered_rate(tmp_path, capsys):
     out = tmp_path / "bench"
     code = main(["--tools", "locust", "--parts", "rate", "--rates", "20,60", "--rate-seconds", "2", "--rate-pool", "32",

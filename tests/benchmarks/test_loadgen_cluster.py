@@ -10,6 +10,7 @@ from benchmarks.loadgen_cluster import Run, cost, main
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_master_cost_and_throughput_end_to_end(tmp_path, capsys):
     out = tmp_path / "bench"
     # HEAD as the baseline: the archive-and-run path without depending on how much history a clone has

@@ -129,6 +129,7 @@ def test_two_mock_servers_from_the_registry_end_to_end(tmp_path, capsys):
 
 @pytest.mark.integration
 @pytest.mark.model
+@pytest.mark.slow
 def test_batched_server_end_to_end_with_its_memory(tmp_path, capsys, default_model):
     out = tmp_path / "bench"
     code = main(["--servers", "batched", "--concurrency", "1,3", "--requests-per-user", "1", "--output-tokens", "4",

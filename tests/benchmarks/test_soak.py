@@ -9,6 +9,7 @@ from benchmarks.soak import main
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.slow
 def test_soak_prints_memory_poll_times_and_the_sketch_error(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr("benchmarks.soak.STEP", 1000)
     code = main(["--requests", "4000", "--users", "8", "--poll-s", "1", "--out", str(tmp_path)])

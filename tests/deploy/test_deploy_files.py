@@ -212,6 +212,7 @@ def test_the_image_installs_what_the_load_generator_imports():
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_the_deploy_commands_run_a_distributed_test(server_factory, tmp_path):
     """Compose's master and worker command lines, the shipped locust.conf and the ConfigMap's prompts, as
     processes here: /etc/llmload and /results become folders of the test, the mock server the target,

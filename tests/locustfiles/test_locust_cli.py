@@ -110,6 +110,7 @@ def test_the_design_card_command_works_verbatim_against_the_basic_server(port_80
     assert "llmload: 16 requests, 0 failed" in log  # served by the server on 8000, the host in locust.conf
 
 
+@pytest.mark.slow
 def test_the_design_card_command_without_a_server_ends_with_one_line(port_8000, tmp_path):
     prompts = write_prompts(tmp_path / "chat.jsonl")
     proc = design_card({"LOCUST_LLM_DATASET": str(prompts)}, timeout=60)

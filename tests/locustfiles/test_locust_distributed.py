@@ -81,6 +81,7 @@ def assert_log_agrees_with_stats(prefix: Path, count: int, workers: int) -> list
 
 
 @pytest.mark.serial  # TPOT within 3 ms, dispatch lag within 50 ms
+@pytest.mark.slow
 def test_master_and_two_workers(mock_server, tmp_path):
     url, _ = mock_server
     prompts = write_prompts(tmp_path / "chat.jsonl")
@@ -101,6 +102,7 @@ def test_master_and_two_workers(mock_server, tmp_path):
     assert live["ttft_p50"] == pytest.approx(s.get("ttft", "p50"), rel=0.02)
 
 
+@pytest.mark.slow
 def test_four_workers_share_requests_exactly(fast_mock, tmp_path):
     prompts = write_prompts(tmp_path / "chat.jsonl")
     prefix = tmp_path / "four"
@@ -121,6 +123,7 @@ def test_locust_processes_run_on_the_same_path(fast_mock, tmp_path):
 
 
 @pytest.mark.serial  # TPOT within 3 ms, dispatch lag within 50 ms
+@pytest.mark.slow
 def test_an_open_loop_with_warmup_keeps_one_schedule_over_both_workers(mock_server, tmp_path):
     """--rate and --warmup are the master's: one constant schedule and one warm-up over the whole cluster."""
     url, _ = mock_server
@@ -143,6 +146,7 @@ def shard_lines(prefix: Path) -> int:
     return sum(path.read_bytes().count(b"\n") for path in folder.glob("*.jsonl")) if folder.is_dir() else 0
 
 
+@pytest.mark.slow
 def test_two_workers_replay_one_trace_on_its_timestamps(fast_mock, tmp_path):
     lines = write_trace(tmp_path / "trace.jsonl", 20, seed=1)
     prefix = tmp_path / "trace"
@@ -154,6 +158,7 @@ def test_two_workers_replay_one_trace_on_its_timestamps(fast_mock, tmp_path):
 
 @pytest.mark.parametrize("stop, said, left", [(signal.SIGKILL, "was lost with", "lost"),
                                                (signal.SIGTERM, "left with", "left")])
+@pytest.mark.slow
 def test_a_lost_worker_returns_its_tickets_and_the_run_still_ends(tmp_path, server_factory, stop, said, left):
     """kill -9 one of two workers mid-run (or SIGTERM: it stops on its own, sending its last report): the master
     says so in one line, reads what a killed worker's shard holds beyond its last report, records its requests
@@ -271,6 +276,7 @@ def get_json(url: str) -> dict:
         return json.loads(response.read())
 
 
+@pytest.mark.slow
 def test_the_web_ui_of_a_master_shows_the_merged_figures(mock_server, tmp_path):
     """The LLM metrics tab, its live charts and the raw-log download of a master come from its workers' reports."""
     url, _ = mock_server

@@ -76,6 +76,7 @@ def test_sigkill_loses_nothing_that_finished_a_second_earlier(zero_delay_mock, t
     assert not missing, f"{len(missing)} of {len(finished)} answers sent >1 s before the kill are not in the log"
 
 
+@pytest.mark.slow
 def test_sigterm_is_one_clean_shutdown_with_the_log_and_summary_complete(zero_delay_mock, tmp_path):
     url, record = zero_delay_mock
     proc, raw = start_run(url, tmp_path)

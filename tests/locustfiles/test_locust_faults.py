@@ -93,6 +93,7 @@ def test_connection_refused_fails_each_request_and_the_run_ends(tmp_path):
     assert f"error: no server answered at {host} (connection refused): start it first" in log
 
 
+@pytest.mark.slow
 def test_no_server_backs_off_and_ends_the_run_with_one_line(tmp_path):
     """Without --requests or -t a dead server still ends the run, after NO_SERVER_S, and is not flooded."""
     prompts = write_prompts(tmp_path / "chat.jsonl")
@@ -112,6 +113,7 @@ def test_no_server_backs_off_and_ends_the_run_with_one_line(tmp_path):
     assert all("unreachable" in r.flags and not r.success for r in results)
 
 
+@pytest.mark.slow
 def test_an_outage_mid_run_is_measured_and_the_run_goes_on(tmp_path):
     """The server stops for about 3 s and comes back on the same port: the summary says how long it was down."""
     prompts = write_prompts(tmp_path / "chat.jsonl")

@@ -38,6 +38,7 @@ def open_loop(url, tmp_path, name, *args, users=16, timeout=90):
 
 
 @pytest.mark.serial  # dispatch lag and gaps within a few ms
+@pytest.mark.slow
 def test_constant_arrivals_keep_their_schedule_and_rate(fast_mock, tmp_path):
     rate, count = 50.0, 300
     proc, prefix, results = open_loop(fast_mock, tmp_path, "constant", "--rate", str(rate), "--arrival", "constant",
@@ -59,6 +60,7 @@ def test_constant_arrivals_keep_their_schedule_and_rate(fast_mock, tmp_path):
 
 
 @pytest.mark.serial  # dispatch lag and gaps within a few ms
+@pytest.mark.slow
 def test_poisson_arrivals_have_the_spread_of_a_poisson_process(fast_mock, tmp_path):
     proc, _, results = open_loop(fast_mock, tmp_path, "poisson", "--rate", "40", "--requests", "400", "--seed", "3")
     gaps = np.diff(np.sort([r.intended_start for r in results]))
@@ -68,6 +70,7 @@ def test_poisson_arrivals_have_the_spread_of_a_poisson_process(fast_mock, tmp_pa
     assert abs(sent_gaps.std() / sent_gaps.mean() - cv) < 0.1  # what went out kept the schedule's spread
 
 
+@pytest.mark.slow
 def test_one_user_at_a_rate_it_cannot_hold_shows_the_lag(fast_mock, tmp_path):
     # one request takes ~85 ms: one user holds ~12 req/s, not 40
     proc, prefix, results = open_loop(fast_mock, tmp_path, "behind", "--rate", "40", "--arrival", "constant",
@@ -113,6 +116,7 @@ def test_slo_attainment_and_goodput_in_the_log_the_stats_and_the_summary(fast_mo
 
 @pytest.mark.parametrize("shape, users, seconds", [(("--stages", "3s:2,3s:5"), {2, 5}, 6.0),
                                                     (("--ramp", "1:3:10s"), {1, 3}, 10.0)])
+@pytest.mark.slow
 def test_load_shapes_step_the_users_and_end_the_run(fast_mock, tmp_path, shape, users, seconds):
     prompts = write_prompts(tmp_path / "chat.jsonl")
     prefix = tmp_path / "shape"

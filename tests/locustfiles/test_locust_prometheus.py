@@ -129,6 +129,7 @@ def finish(procs: list[subprocess.Popen]) -> list[str]:
     return logs
 
 
+@pytest.mark.slow
 def test_standalone_metrics_agree_with_the_summary(fast_mock, tmp_path):
     prompts, prefix, port = write_prompts(tmp_path / "chat.jsonl"), tmp_path / "solo", free_port()
     proc = subprocess.Popen(locust_command("chat.py", fast_mock, *ui_args(), *run_args(prompts, prefix, port)),
@@ -144,6 +145,7 @@ def test_standalone_metrics_agree_with_the_summary(fast_mock, tmp_path):
     assert "workers" not in data["client_error"]
 
 
+@pytest.mark.slow
 def test_the_master_serves_the_merged_figures_of_its_workers(fast_mock, tmp_path):
     prompts, prefix, port, master_port = write_prompts(tmp_path / "chat.jsonl"), tmp_path / "dist", free_port(), \
         free_port()

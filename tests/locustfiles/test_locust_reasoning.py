@@ -83,6 +83,7 @@ def web_ui_rows(web: str, requests: int, deadline_s: float = 60.0) -> list[dict]
     return rows
 
 
+@pytest.mark.slow
 def test_a_reasoning_model_is_measured_from_its_first_reasoning_token(tmp_path):
     """The issue's server (20 reasoning tokens from 100 ms, one every 20 ms, under ``reasoning_content``), chat
     stream, through the web UI with a raw log."""

@@ -13,6 +13,7 @@ from trace_files import assert_replayed, write_trace
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.slow
 def test_a_trace_replays_on_its_scaled_timestamps_with_exact_lengths(fast_mock, tmp_path):
     lines = write_trace(tmp_path / "trace.jsonl", 20)
     proc = run_locust("synthetic.py", fast_mock, "-u", "20", "-r", "20", "-t", "60s", "--api", "completion",
@@ -28,6 +29,7 @@ def test_a_trace_replays_on_its_scaled_timestamps_with_exact_lengths(fast_mock, 
     ('{"timestamp": 5, "input_length": 9000, "output_length": 2}\n', ("--max-model-len", "2048"),
      r"trace.jsonl:1: input_length \+ output_length: 9000 \+ 2 tokens exceed the model's context of 2048"),
 ])
+@pytest.mark.slow
 def test_a_bad_trace_is_one_line_and_exit_code_2(tmp_path, text, args, message):
     (tmp_path / "trace.jsonl").write_text(text)
     proc = run_locust("synthetic.py", "http://127.0.0.1:9", "--trace", str(tmp_path / "trace.jsonl"), *args,

@@ -41,6 +41,7 @@ def get(url: str) -> bytes:
 
 @pytest.mark.integration
 @pytest.mark.serial
+@pytest.mark.slow
 def test_llm_metrics_tab_shows_live_exact_figures(mock_server, tmp_path):
     url, _ = mock_server
     prompts = write_prompts(tmp_path / "chat.jsonl")
@@ -294,6 +295,7 @@ def html_report_run(mock_server, tmp_path) -> Path:
 
 @pytest.mark.integration
 @pytest.mark.serial
+@pytest.mark.slow
 def test_html_report_has_the_llm_table_and_charts(mock_server, tmp_path):
     page = html_report_run(mock_server, tmp_path).read_text(encoding="utf-8")
     assert '"requests_statistics"' in page and "window.templateArgs" in page  # Locust's own report is intact

@@ -121,6 +121,7 @@ def test_capacities_with_intervals_are_compared_by_them(tmp_path):
     assert "| basic qa stream    | ttft<=1000ms | 4." in md and "capacity intervals, 97.5 % each" in md
 
 
+@pytest.mark.slow
 def test_folders_that_are_not_runs_are_one_line(tmp_path):
     a = scripted(tmp_path / "a")
     (tmp_path / "empty").mkdir()

@@ -53,6 +53,7 @@ def rapl_at(root: Path, watts: float):
         thread.join(5)
 
 
+@pytest.mark.slow
 def test_cost_and_energy_of_a_real_mock_run(tmp_path, prompt_dir16):
     run_dir = tmp_path / "run"
     with rapl_at(tmp_path / "powercap", WATTS) as root:

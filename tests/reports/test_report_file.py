@@ -47,6 +47,7 @@ def every_section(path) -> ScriptedRun:
     return run
 
 
+@pytest.mark.slow
 def test_save_and_load_give_the_same_report_and_the_same_files(tmp_path):
     run = every_section(tmp_path / "run")
     report = build_report(load_run(run.path), use_tokenizer=False)

@@ -186,6 +186,7 @@ def test_prefix_cache_off_against_on(tmp_path):
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_a_real_open_loop_run_with_repeats_warmup_and_an_slo(tmp_path, prompt_dir16):
     """The runner's own open-loop cells: warm-up left out, SLO columns, the repeats' spread, server series."""
     from report_helpers import run_runner

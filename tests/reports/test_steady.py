@@ -62,6 +62,7 @@ def test_too_short_and_unsettled_cells_have_no_window():
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_the_report_shows_the_window_beside_the_whole_run(tmp_path):
     run = ScriptedRun(tmp_path / "run")
     run.add("mock", "qa", "stream", 8, closed_ramp(8, 20.0, 60.0))
@@ -92,6 +93,7 @@ def test_the_command_prints_the_window_of_a_raw_log(tmp_path):
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_a_mock_run_with_stages_has_its_plateau_found(tmp_path):
     """Locust against the mock engine: 2 users for 4 s, then 8 for 12 s. The window starts at the step and the
     steady throughput keeps Little's law at 8 requests in flight."""

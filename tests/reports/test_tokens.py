@@ -63,6 +63,7 @@ def test_no_tokenizer_still_reports_usage(usage_run, tmp_path):
     assert "token reconciliation off (--no-tokenizer)" in (tmp_path / "summary.md").read_text()
 
 
+@pytest.mark.slow
 def test_a_tokenizer_that_cannot_load_is_one_line(usage_run, tmp_path):
     proc = run_module("reports.merge", usage_run, "--tokenizer", tmp_path / "no-model", "--out", tmp_path)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr

@@ -284,6 +284,7 @@ def model_without_template(default_model, tmp_path) -> str:
     return str(folder)
 
 
+@pytest.mark.slow
 def test_plain_chat_fallback_without_a_template(server_factory, model_without_template, hf_tokenizer):
     from transformers import AutoTokenizer
 

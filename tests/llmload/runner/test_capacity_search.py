@@ -335,6 +335,7 @@ def test_the_interval_covers_the_capacity_in_simulated_searches():
     assert close >= 0.9 * 300, close
 
 
+@pytest.mark.slow
 def test_the_interval_covers_a_queues_capacity_and_would_not_without_the_floors_resolution():
     """400 seeded searches of the known server (5 slots of 250 ms: 20 req/s; constant arrivals sent 0-10 ms late)
     from starts drawn between 17 and 23 req/s, so that many steps fall just above 20, where a short look's backlog

@@ -28,6 +28,7 @@ PROGRESS = re.compile(r"^\[(\d+)/(\d+)\] (\S+) (\w+) (\w+) c=(\d+): (\d+) req, (
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_mock_matrix_end_to_end(tmp_path):
     data = make_data(tmp_path / "data", ("qa", "chat"))
     run_dir = tmp_path / "run"
@@ -126,6 +127,7 @@ def test_server_that_fails_to_start_is_recorded_and_reported(tmp_path):
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_server_dying_mid_run_marks_the_rest_and_stop_on_error(tmp_path):
     data = make_data(tmp_path / "data")
     run_dir = tmp_path / "run"
@@ -161,6 +163,7 @@ def test_server_dying_mid_run_marks_the_rest_and_stop_on_error(tmp_path):
 
 @pytest.mark.model
 @pytest.mark.integration
+@pytest.mark.slow
 def test_basic_server_on_the_real_model(tmp_path, default_model, capsys):
     """The batched engine on the embedded model: every request carries the server's own timing, and the latency
     splits into consistent parts (docs/metrics.md), in the report and in llmload explain."""
@@ -197,6 +200,7 @@ def test_basic_server_on_the_real_model(tmp_path, default_model, capsys):
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_target_ci_repeats_each_level_until_its_headline_intervals_are_narrow(tmp_path):
     """--target-ci 25: every level runs 2 repeats at least and 3 at most, stopping once output tok/s and TTFT p50
     (over its repeats, as the report computes them) are within +-25 %; a level that stopped is in no later block."""

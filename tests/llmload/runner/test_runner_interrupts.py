@@ -23,6 +23,7 @@ SLOW_MOCK = ("--mock-ttft-ms", "200", "--mock-itl-ms", "200")
 @pytest.mark.parametrize("name, group", [("SIGINT", False), ("SIGTERM", False), ("SIGINT", True),
                                          ("SIGTERM", True)], ids=["int-pid", "term-pid", "int-group", "term-group"])
 @pytest.mark.integration
+@pytest.mark.slow
 def test_a_signal_during_a_cell_stops_locust_then_the_server(tmp_path, name, group):
     signum = SIGNALS[name]
     data = make_data(tmp_path / "data")

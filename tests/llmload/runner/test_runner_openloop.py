@@ -25,6 +25,7 @@ def base_args(tmp_path, *more: str) -> list[str]:
 
 # not serial: the gaps are the schedule's, the bounds loose (lag p99 under 250 ms, rates within 40 %);
 # they held in 3 runs of 3 runner tests at once at load 5 on 2 cores
+@pytest.mark.slow
 def test_rates_beside_levels_with_repeats_and_warmup(tmp_path):
     run_dir = tmp_path / "run"
     proc = run_runner(*base_args(tmp_path, "--concurrency", "2", "--rates", "8,16", "--repeat", "2", "--requests",
@@ -57,6 +58,7 @@ def test_rates_beside_levels_with_repeats_and_warmup(tmp_path):
 
 
 # not serial: the saturation only between 5 and 40 req/s; it held in 3 runs of 3 runner tests at once at load 5
+@pytest.mark.slow
 def test_a_sweep_runs_evenly_spaced_rates_up_to_the_saturation_throughput(tmp_path):
     run_dir = tmp_path / "run"
     proc = run_runner(*base_args(tmp_path, "--sweep", "3", "--pool", "2", "--requests", "12", "--max-tokens", "4",
@@ -74,6 +76,7 @@ def test_a_sweep_runs_evenly_spaced_rates_up_to_the_saturation_throughput(tmp_pa
 
 
 @pytest.mark.serial  # arrival gaps, lag and the measured capacity
+@pytest.mark.slow
 def test_find_capacity_of_a_server_of_known_capacity(tmp_path, server_factory):
     """5 slots of 250 ms (230 ms to the first token, then one more 20 ms later) hold exactly 5 / 0.25 = 20 req/s.
 
@@ -137,6 +140,7 @@ def test_throughput_only_sends_sync_requests_and_reports_rates(tmp_path):
     assert " req/s, " in line and "E2E" not in line and "TTFT" not in line
 
 
+@pytest.mark.slow
 def test_a_trace_is_a_level_of_its_own_replayed_and_reported(tmp_path):
     lines = write_trace(tmp_path / "trace.jsonl", 12, seed=2)
     run_dir = tmp_path / "run"

@@ -143,6 +143,7 @@ def test_defaults_profiles_and_aliases():
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_the_command_line_says_it_in_one_line(tmp_path):
     proc = run_runner("--tasks", "poetry", "--out", str(tmp_path / "x"))
     assert proc.returncode == 2 and proc.stdout == ""

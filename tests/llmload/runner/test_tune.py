@@ -28,6 +28,7 @@ def states(folder) -> dict[str, str]:
         return {}
 
 
+@pytest.mark.slow
 def test_a_tune_ranks_known_capacities_survives_a_failed_start_and_resumes(tmp_path):
     data = make_data(tmp_path / "data")
     folder = tmp_path / "tune"

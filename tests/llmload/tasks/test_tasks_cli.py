@@ -45,6 +45,7 @@ def test_help_lists_every_option(tmp_path):
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_generated_tasks_build_keep_and_rebuild_on_their_options(tmp_path, default_model):
     out = tmp_path / "sets"
     args = ("--tasks", "synthetic,prefix,conversation", "--num", "4", "--input-len", "64", "--prefix-len", "64",
@@ -64,6 +65,7 @@ def test_generated_tasks_build_keep_and_rebuild_on_their_options(tmp_path, defau
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_build_both_sources_then_keep(tmp_path, default_model, hf_copies):
     out = tmp_path / "sets"
     args = ("--tasks", "chat,qa,code", "--num", "3", "--max-tokens", "qa=16", "code=64",
