@@ -15,10 +15,11 @@ WORKERS=${LLMLOAD_TEST_WORKERS:-3}  # 3 on 2 cores: the tests wait on servers pa
 if [ "$WORKERS" = 0 ]; then
   exec "$PY" -m pytest ${SELECT:+-m "$SELECT"} "$@"
 fi
-# The suite's own modules compiled once: where PYTHONDONTWRITEBYTECODE is set (this machine's environment), every
-# server, Locust and runner process the tests start would compile them again (about 0.15 s of CPU each).
-PYTHONDONTWRITEBYTECODE= "$PY" -m compileall -q -j 0 llmload server reports locustfiles monitors benchmarks tests \
-  datasets >/dev/null || true
+# Bytecode cached: where PYTHONDONTWRITEBYTECODE is set (this machine's environment), every server, Locust and
+# runner process the tests start would compile the suite's modules again (about 0.15 s of CPU each), and each
+# pytest process would rewrite every test module's asserts anew. The suite's modules are compiled once, first.
+export PYTHONDONTWRITEBYTECODE=
+"$PY" -m compileall -q -j 0 llmload server reports locustfiles monitors benchmarks tests datasets >/dev/null || true
 both() { if [ -n "$SELECT" ]; then echo "($SELECT) and $1"; else echo "$1"; fi; }
 status() { if [ "$1" = 5 ]; then echo 0; else echo "$1"; fi; }  # 5: no test selected
 "$PY" -m pytest -m "$(both 'not serial')" -n "$WORKERS" "$@"
