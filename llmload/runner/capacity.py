@@ -241,7 +241,9 @@ class CapacitySearch:
         if high is None:  # above the floor; beyond the start, twice as far (log scale) each time, at most doubling
             beyond = sum(s.rate > self.start_rate for s in held)
             reach = min(2.0, ratio ** (EDGE_UP * 2 ** max(0, beyond - 1)))
-            yield max(low * reach, top * ratio ** START_SHARE,
+            # at least twice the resume distance above the highest hold: nearer, it would count as that rate
+            # (a hold whose floor lies far below it left every rate that could finish the search there)
+            yield max(low * reach, top * ratio ** max(START_SHARE, 2 * RESUME_SHARE),
                       undecided[-1] * ratio ** 0.5 if undecided else 0.0), "above"
             return
         if high / low <= ratio ** 2 or undecided:

@@ -17,8 +17,8 @@ from capacity_sim import SlotServer, closed_loop, look_at, open_loop
 from llmload.core.sequential import (FAILED, HELD, UNDECIDED, UNIFORM, Budget, Look, Throughput, Trend,
                                      attainment_bounds, backlog, capacity_estimate, could_decide, decide, interval_at,
                                      look_sizes, requests_to_hold, saturation_throughput, trend)
-from llmload.runner.capacity import (EDGE_UP, START_SHARE, CapacitySearch, Probe, failed_because, look_of,
-                                     search_cells)
+from llmload.runner.capacity import (EDGE_UP, RESUME_SHARE, START_SHARE, CapacitySearch, Probe, failed_because,
+                                     look_of, search_cells)
 from llmload.runner.plan import round_rate
 
 pytestmark = pytest.mark.unit
@@ -265,6 +265,22 @@ def test_a_server_that_holds_beyond_its_start_goes_up_ever_faster_and_says_no_ra
     assert all(b > a for a, b in zip(rates, rates[1:])) and rates[-1] / rates[-2] > rates[1] / rates[0]
     value, low, high = search.estimate
     assert (value, high) == (rates[-1], None) and low < rates[-1] and "nothing failed" in search.describe()
+
+
+def test_a_first_hold_whose_floor_lies_far_below_it_still_goes_up():
+    """basic-batched on qa (2026-12-05): the start held at 3.321 req/s with its floor at 3.026; every rate where a
+    failure would finish the search lay within the resume distance of 3.321, and the search stopped, its interval
+    open above. The next step goes up, far enough to be a rate of its own."""
+    start = Throughput(rate=3.3546, low=0.0, high=10.96, completions=32, span_s=5.42)
+    search = CapacitySearch(2.851, 95.0, Budget(steps=6, looks=5), ci_pct=5.0, requests=32, start=start)
+    first = search.next_probe()
+    assert first.rate == 3.321, first
+    backlog_trend = Trend("backlog", 0.854, -2.5, -0.0731, 10, -0.0930, 0.1116, 34.19)  # as measured
+    search.add(first, Look(107, 107, trends=[backlog_trend]))
+    value, low, high = search.estimate
+    assert value == 3.321 and high is None and low < 3.321 / search.ratio ** 0.5, search.estimate
+    second = search.next_probe()
+    assert second is not None and second.rate > 3.321 * search.ratio ** (2 * RESUME_SHARE) * 0.999, search.stopped
 
 
 def test_a_server_that_holds_nothing_has_no_capacity():
