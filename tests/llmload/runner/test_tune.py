@@ -61,7 +61,8 @@ def test_a_tune_ranks_known_capacities_survives_a_failed_start_and_resumes(tmp_p
     info = json.loads((folder / "tune.json").read_text())
     done_dir = folder / next(r["dir"] for r in info["runs"] if f"{r['config']} b{r['block']}" == done)
     kept = (done_dir / "cells.jsonl").read_bytes()
-    interrupted = [r["dir"] for r in info["runs"] if r["state"] == "interrupted"]
+    # an interrupted run has a folder unless the signal came before its runner made one (its server starting)
+    interrupted = {r["dir"]: (folder / r["dir"]).is_dir() for r in info["runs"] if r["state"] == "interrupted"}
 
     proc = run_runner("tune", "--resume", str(folder), fakes=True, merged=True, timeout=600)
     # exit 1: a configuration failed (its server did not start), the others measured and reported
@@ -72,8 +73,8 @@ def test_a_tune_ranks_known_capacities_survives_a_failed_start_and_resumes(tmp_p
     assert "the tune goes on with the others" in both
     assert "exits-at-start block 1: failed before, kept" in proc.stdout
     assert (done_dir / "cells.jsonl").read_bytes() == kept  # not run again
-    for run in interrupted:  # run again in a fresh folder, the interrupted one kept beside it
-        assert (folder / f"{run}.interrupted-1").is_dir() and (folder / run / "cells.jsonl").is_file()
+    for run, had_folder in interrupted.items():  # run again in a fresh folder, the interrupted one kept beside it
+        assert (folder / f"{run}.interrupted-1").is_dir() == had_folder and (folder / run / "cells.jsonl").is_file()
     assert states(folder) == {"mock[ms=1] b1": "done", "mock[ms=3] b1": "done", "exits-at-start b1": "failed"}
     for config in ("mock-ms=1", "mock-ms=3"):
         cells = read_cells(folder / "runs" / config / "b1")
