@@ -172,7 +172,10 @@ def test_the_master_serves_the_merged_figures_of_its_workers(fast_mock, tmp_path
     bounds = {labels["worker"]: v for labels, v in final["llmload_client_error_bound_seconds"]}
     assert set(bounds) == {w["worker"] for w in workers if w["samples"]} and bounds
     assert data["client_error"]["worst_worker"] == max(bounds, key=bounds.get)
-    assert len({r.worker for r in read_results(f"{prefix}_requests.jsonl")}) == 2
+    # every request in the master's raw log is from a worker it names (on a busy machine one worker may start its
+    # users late and find the budget's tickets all taken by the other: --requests is shared, not split)
+    sent = {r.worker for r in read_results(f"{prefix}_requests.jsonl")}
+    assert sent and sent <= {w["worker"] for w in workers}, (sent, workers)
 
 
 def test_a_metrics_port_in_use_is_one_line_and_exit_code_2(tmp_path):

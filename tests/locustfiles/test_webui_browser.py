@@ -96,11 +96,12 @@ def test_llm_tab_draws_live_charts_in_chromium(mock_server, browser_page, tmp_pa
     port = free_port()
     web = f"http://127.0.0.1:{port}"
     # about 13 s: an open loop of 8 requests/s (at most 6 in flight; 12 for the README's figure, so that
-    # Poisson bursts do not exhaust the pool) with an SLO, so that every chart is drawn; the monitor samples
+    # Poisson bursts do not exhaust the pool) with an SLO, so that every chart is drawn (loose: a request that
+    # misses it is a Locust failure, and a busy machine made two miss 500 ms once); the monitor samples
     # the mock server; the web UI quits 4 s after the last request
     pool = "12" if FOR_README else "6"
     cmd = locust_command("chat.py", url, "--web-host", "127.0.0.1", "--web-port", str(port), "--autostart",
-                         "--autoquit", "4", "-u", pool, "-r", pool, "--rate", "8", "--slo", "ttft=500,e2e=1000",
+                         "--autoquit", "4", "-u", pool, "-r", pool, "--rate", "8", "--slo", "ttft=5000,e2e=10000",
                          "--requests", "240" if FOR_README else "100", "-t", "60s", "--max-tokens", str(TOKENS),
                          "--ignore-eos",
                          "--dataset", str(prompts), "--csv", str(tmp_path / "run"), "--monitor-pid", str(server_pid))
