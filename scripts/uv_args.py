@@ -20,9 +20,9 @@ import sys
 MAPPED = {"index-url": "--index-url", "extra-index-url": "--extra-index-url", "find-links": "--find-links",
           "constraint": "--constraint", "trusted-host": "--allow-insecure-host"}
 #: pip settings that do not change what is installed (or that uv does its own way: ``cert`` by the system's store)
-HARMLESS = {"cert", "timeout", "default-timeout", "disable-pip-version-check", "progress-bar", "no-cache-dir",
-            "cache-dir", "retries", "quiet", "verbose", "no-input", "root-user-action", "no-color", "no-warn-script-location",
-            "no-python-version-warning", "require-virtualenv", "break-system-packages"}
+HARMLESS = {"cert", "config-file", "timeout", "default-timeout", "disable-pip-version-check", "progress-bar",
+            "no-cache-dir", "cache-dir", "retries", "quiet", "verbose", "no-input", "root-user-action", "no-color",
+            "no-warn-script-location", "no-python-version-warning", "require-virtualenv", "break-system-packages"}
 #: later wins: a command's own section over [global], the environment over both
 PRECEDENCE = {"global": 0, "install": 1, ":env:": 2}
 TRUE = {"1", "true", "yes", "on"}
