@@ -112,8 +112,9 @@ def ui_args() -> list[str]:
     return ["--autostart", "--autoquit", "8", "--web-host", "127.0.0.1", "--web-port", str(free_port())]
 
 
-def run_args(prompts: Path, prefix: Path, port: int) -> list[str]:
-    return ["-u", "4", "-r", "4", "-t", "90s", "--requests", str(REQUESTS), "--max-tokens", "12", "--ignore-eos",
+def run_args(prompts: Path, prefix: Path, port: int, max_tokens: int = 12) -> list[str]:
+    return ["-u", "4", "-r", "4", "-t", "90s", "--requests", str(REQUESTS), "--max-tokens", str(max_tokens),
+            "--ignore-eos",
             "--model", "mock", "--dataset", str(prompts), "--csv", str(prefix), "--slo", "ttft=5000,tpot=500",
             "--prometheus-port", str(port), "--prometheus-host", "127.0.0.1"]
 
@@ -155,7 +156,10 @@ def test_the_master_serves_the_merged_figures_of_its_workers(fast_mock, tmp_path
                for _ in range(2)]
     master = subprocess.Popen(locust_command("chat.py", fast_mock, "--master", "--expect-workers", "2",
                                              "--master-bind-host", "127.0.0.1", "--master-bind-port",
-                                             str(master_port), *ui_args(), *run_args(prompts, prefix, port)),
+                                             str(master_port), *ui_args(),
+                                             # about 5 s: longer than a worker's report interval (3 s), so that
+                                             # a scrape sees the run part done (2 s of requests once saw none)
+                                             *run_args(prompts, prefix, port, max_tokens=40)),
                               cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     procs = [master, *workers]
     try:
