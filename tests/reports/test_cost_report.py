@@ -60,6 +60,8 @@ def rapl_at(root: Path, watts: float):
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # the fake counter's writer thread must run on time: at load 4 it slept 0.36 s once, and the
+# monitor's slope over its first samples, carried back to a cell's start, read 61 J for 27
 def test_cost_and_energy_of_a_real_mock_run(tmp_path, prompt_dir16):
     run_dir = tmp_path / "run"
     with rapl_at(tmp_path / "powercap", WATTS) as (root, gaps):
