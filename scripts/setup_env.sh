@@ -46,7 +46,7 @@ esac
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 PIP=("$VENV/bin/python" -m pip install --progress-bar off)
 # uv (from pip's own sources) installs the same versions from the same sources as pip, in parallel and without
-# compiling every module first: on a fresh machine it took 15 s where pip took 3 to 5 minutes (docs/testing.md).
+# compiling every module first (how much faster: docs/testing.md).
 # pip's settings are passed on (scripts/uv_args.py); where one has no uv equivalent, or uv fails, pip does it.
 # LLMLOAD_INSTALLER=pip forces pip.
 installed_by_uv() {
