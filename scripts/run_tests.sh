@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Run the tests in two parts: first every test that is not timing-sensitive on pytest-xdist workers, then the
-# `serial` ones (wall-clock bounds of a few ms) alone in one process. See docs/testing.md.
+# Run the tests in two parts: first every test that is neither timing-sensitive nor a unit test on pytest-xdist
+# workers; then the `serial` ones (wall-clock bounds of a few ms) in one process, with the `unit` tier beside them
+# in another at idle CPU priority (it runs on the CPU time the serial tests leave; their processes always come
+# first). See docs/testing.md.
 #
 #   scripts/run_tests.sh [MARK_EXPRESSION] [PYTEST_ARGS...]     # e.g. scripts/run_tests.sh "unit or integration" -q
 #   LLMLOAD_TEST_WORKERS=0 scripts/run_tests.sh                 # everything in one process, in collection order
 #
-# The exit status is the worse of the two parts' (a part that selects no test counts as passed).
+# The exit status is the worst of the three runs' (a run that selects no test counts as passed).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${VENV:-.venv}/bin/python
@@ -22,9 +24,15 @@ export PYTHONDONTWRITEBYTECODE=
 "$PY" -m compileall -q -j 0 llmload server reports locustfiles monitors benchmarks tests datasets >/dev/null || true
 both() { if [ -n "$SELECT" ]; then echo "($SELECT) and $1"; else echo "$1"; fi; }
 status() { if [ "$1" = 5 ]; then echo 0; else echo "$1"; fi; }  # 5: no test selected
-"$PY" -m pytest -m "$(both 'not serial')" -n "$WORKERS" "$@"
+"$PY" -m pytest -m "$(both 'not serial and not unit')" -n "$WORKERS" "$@"
 parallel=$(status $?)
-echo "==> the timing-sensitive tests, alone" >&2
+# The unit tier, beside the serial part: SCHED_IDLE (nice 19 where chrt is missing), its output shown after.
+UNIT_LOG=$(mktemp "${TMPDIR:-/tmp}/llmload-unit.XXXXXX")
+IDLE=(nice -n 19)
+if command -v chrt >/dev/null 2>&1 && chrt --idle 0 true 2>/dev/null; then IDLE=(chrt --idle 0); fi
+"${IDLE[@]}" "$PY" -m pytest -m "$(both 'unit and not serial')" -p no:xdist "$@" >"$UNIT_LOG" 2>&1 &
+UNIT_PID=$!
+echo "==> the timing-sensitive tests, alone (the unit tier beside them at idle priority, pid $UNIT_PID)" >&2
 # Only the files that mark tests serial are collected (collecting every test module takes about 5 s more), unless
 # the arguments name something themselves (a path, or an option's value).
 FILES=()
@@ -33,4 +41,10 @@ if [ -z "$(printf '%s\n' "$@" | grep -v '^-')" ]; then
 fi
 "$PY" -m pytest -m "$(both serial)" -p no:xdist "$@" "${FILES[@]}"
 serial=$(status $?)
-exit $(( parallel > serial ? parallel : serial ))
+wait "$UNIT_PID"
+unit=$(status $?)
+echo "==> the unit tier (run beside the timing-sensitive tests)" >&2
+cat "$UNIT_LOG"
+rm -f "$UNIT_LOG"
+worst=$(( parallel > serial ? parallel : serial ))
+exit $(( worst > unit ? worst : unit ))
