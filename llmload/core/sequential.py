@@ -39,6 +39,7 @@ step at the share it measured is its last (:func:`could_decide`).
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import asdict, dataclass, field
 from typing import Iterable, Sequence
 
@@ -54,6 +55,12 @@ def scipy_stats():
     from scipy import stats  # heavy: deferred to the first test that needs it
 
     return stats
+
+
+def prefetch_scipy_stats() -> None:
+    """Import scipy.stats in a background thread, while this process waits on a cell, so that the search's first
+    decision does not wait for it (the import's time lay between the saturation run and the first step)."""
+    threading.Thread(target=scipy_stats, name="prefetch-scipy-stats", daemon=True).start()
 #: Equal spans of time a step's series is averaged in before the trend test.
 TREND_BINS = 10
 #: A series must grow by at least this much over the step (Theil-Sen slope x its span) to count as growing:

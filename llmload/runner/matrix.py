@@ -25,7 +25,7 @@ from llmload.core.paths import RESULTS_DIR, dataset_path
 from llmload.core.points import Point
 from llmload.core.otlp import SpanReceiver
 from llmload.core.runfiles import SPANS, Cell, append_capacity, append_cell, write_manifest
-from llmload.core.sequential import Budget, Throughput, saturation_throughput
+from llmload.core.sequential import Budget, Throughput, prefetch_scipy_stats, saturation_throughput
 from llmload.loadgen.options import TRACE_SHAPING
 from llmload.runner.capacity import CapacitySearch, look_of, search_cells
 from llmload.runner.cell import CellResult, CellRunner, LoadOptions
@@ -271,6 +271,8 @@ class Runner:
         """The saturation run; then the sweep's levels and the capacity search, as new jobs."""
         plan = self.plan
         cell = plan.saturation_cell(server, task, mode)
+        if plan.find_capacity:
+            prefetch_scipy_stats()  # the search's tests need it; imported while the saturation run runs
         result: CellResult = yield cell
         saturation = (result.summary.request_throughput
                       if result.summary is not None and cell.status == "ok" else 0.0)

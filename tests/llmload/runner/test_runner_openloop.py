@@ -159,3 +159,21 @@ def test_a_trace_is_a_level_of_its_own_replayed_and_reported(tmp_path):
     assert any(line.startswith("| b ") and "| synthetic | stream | c12 " in line and "| trace " in line
                for line in first_table), report  # beside the matrix's rows, its phase shown
     assert any(line.startswith("| a / b ") and "| synthetic | stream | c12 trace " in line for line in report), report
+
+
+def test_scipy_stats_is_imported_in_the_background_while_a_search_waits():
+    """The search's tests need scipy.stats (about a second to import): the runner imports it beside the saturation
+    run, not between it and the first step; the prefetch leaves it imported and the caller unblocked."""
+    import subprocess
+    import sys
+
+    code = ("import sys, time, threading\n"
+            "from llmload.core.sequential import prefetch_scipy_stats\n"
+            "assert 'scipy.stats' not in sys.modules\n"
+            "t = time.monotonic(); prefetch_scipy_stats(); returned = time.monotonic() - t\n"
+            "[th.join(60) for th in threading.enumerate() if th.name == 'prefetch-scipy-stats']\n"
+            "print(returned, 'scipy.stats' in sys.modules)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    returned, imported = proc.stdout.split()
+    assert imported == "True" and float(returned) < 0.1, proc.stdout
