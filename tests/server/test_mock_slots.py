@@ -10,7 +10,7 @@ import pytest
 from server.engines.base import PreparedPrompt, SamplingParams
 from server.engines.mock import MockEngine
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.serial]  # wall-clock bounds of tens of ms
 
 
 async def _serve(engine: MockEngine, n: int, tokens: int) -> tuple[list[float], list[int]]:

@@ -41,6 +41,7 @@ def test_the_factor_is_piecewise_constant_seeded_and_lognormal():
     assert other.slowdown(start + 0.05) != mock.slowdown(start + 0.05)
 
 
+@pytest.mark.serial  # wall-clock bounds
 def test_delays_scale_with_the_factor_of_their_period():
     """A period longer than the request: its TTFT and gaps are the base ones times that period's factor."""
     mock = engine(speed_period_ms=2000.0, speed_sd=0.5, speed_seed=3)

@@ -97,6 +97,7 @@ def generate(url, cancel, mode="stream"):
     (CancelPoint("send", 0.1), 0, 0.1),  # before any token
     (CancelPoint("send", 0.45), 1, 0.45),
 ])
+@pytest.mark.serial  # wall-clock bounds
 def test_the_client_closes_the_stream_at_its_point(server, point, tokens, seconds):
     result = generate(server.url, point)
     assert result.cancelled and not result.success and not result.failed and result.error == ""

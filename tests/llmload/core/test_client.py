@@ -54,6 +54,7 @@ def test_small_events_are_timed_on_arrival_not_after_a_buffer_fills(server):
     assert (result.output_tokens, result.output_tokens_source) == (3, "usage")
 
 
+@pytest.mark.serial  # wall-clock bounds of a few ms
 def test_an_event_split_across_reads_counts_when_it_is_whole(server):
     # Each event's line is cut in two (inside a multi-byte character), the halves SPLIT_GAP apart.
     client = make_client(server.url)
@@ -109,6 +110,7 @@ def test_model_lookup(server):
     assert make_client(server.url).list_first_model() == "fault"
 
 
+@pytest.mark.serial  # wall-clock bounds of a few ms
 def test_reasoning_and_tool_calls_end_to_end(server):
     result = make_client(server.url).generate(RECORD, "thinking")
     assert result.success, result.error
@@ -120,6 +122,7 @@ def test_reasoning_and_tool_calls_end_to_end(server):
     assert m.ttfo - m.ttft == pytest.approx(0.04, abs=0.015)  # two 20 ms steps of reasoning before the answer
 
 
+@pytest.mark.serial  # wall-clock bounds of a few ms
 def test_chunks_of_several_tokens_are_counted_by_the_tokenizer_when_one_is_at_hand(server):
     without = make_client(server.url, api="completion").generate(RECORD, "chunky")
     assert without.success and without.chunk_tokens_source == "chunks" and "itl_per_chunk" in without.flags

@@ -115,6 +115,7 @@ def test_a_429_without_retry_is_a_rejected_failure(server):
     assert r.error == "HTTP 429: too many requests: try again in 1 s" and r.attempts == 1 and r.retries == []
 
 
+@pytest.mark.serial  # wall-clock bounds
 def test_a_retried_429_waits_its_retry_after_and_counts_from_the_first_send(server):
     r = make_client(server.url, RetryPolicy(2, 10.0)).generate(RECORD, "reject_once")
     assert r.success and r.status_code == 200 and r.output_tokens == 3, r.error
@@ -135,6 +136,7 @@ def test_a_503_without_retry_after_backs_off():
     assert BACKOFF_BASE_S / 2 <= r.retry_wait <= BACKOFF_BASE_S
 
 
+@pytest.mark.serial  # wall-clock bounds
 def test_a_retry_after_beyond_the_cap_or_the_timeout_is_not_waited_for(server):
     r = make_client(server.url, RetryPolicy(2, max_wait=0.5)).generate(RECORD, "reject_once")
     assert not r.success and r.attempts == 1 and failure_class(r) == "rejected"

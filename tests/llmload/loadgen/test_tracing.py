@@ -87,6 +87,7 @@ def test_each_result_is_one_client_span_with_the_requests_ids_and_times(tmp_path
     assert len(odd.trace_id) == 32 and len(odd.span_id) == 16  # ids of its own where the request has none
 
 
+@pytest.mark.serial  # a wall-clock bound
 def test_an_endpoint_with_nothing_listening_is_one_problem_said_once_and_close_is_bounded(caplog):
     spans = ClientSpans(f"http://127.0.0.1:{free_port()}/v1/traces")
     spans.start()
