@@ -11,14 +11,23 @@ whatever requests had finished. On a stop
 request Locust gets SIGTERM, which makes it stop its users, write its raw log
 and CSVs and exit; it is killed only if it has not done so in
 :data:`STOP_GRACE_S` seconds, or at a second signal.
+
+While a cell runs, the next cell's Locust starts beside it
+(:mod:`llmload.loadgen.spare`: Locust and the load generator imported, about
+0.6 s of a cell's start) and waits for its command line; the first cell's is
+started by :meth:`CellRunner.start_spare` (while the servers start). A cell
+whose spare has died runs a new Locust, and :meth:`CellRunner.close` ends the
+last spare.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +51,11 @@ STOP_GRACE_S = LOCUST_STOP_TIMEOUT_S + 20
 #: Seconds beyond ``--cell-timeout`` (Locust's own ``-t``) before a cell that has not ended is stopped.
 TIMEOUT_MARGIN_S = 60
 POLL_S = 0.1
+#: How a cell's Locust is started: ``LOCUST + its arguments``; a spare is given the arguments alone.
+LOCUST = [sys.executable, "-m", "locust"]
+SPARE = [sys.executable, "-m", "llmload.loadgen.spare"]
+#: Seconds a spare has to exit once its input is closed, before it is killed.
+SPARE_EXIT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -88,6 +102,7 @@ class CellRunner:
         self.options = options
         self.datasets = datasets
         self.stop = stop or StopSignal()
+        self._spare: subprocess.Popen | None = None
 
     def given(self, cell: Cell) -> dict[str, Any]:
         """The load generator's options ``cell`` gives (:class:`LoadSettings` field: value), in the order its
@@ -122,15 +137,16 @@ class CellRunner:
         users = cell.concurrency
         given = self.given(cell)
         settings = LoadSettings(**given)
-        return [sys.executable, "-m", "locust", "-f", str(get_task(cell.task).locustfile), "--headless",
+        return [*LOCUST, "-f", str(get_task(cell.task).locustfile), "--headless",
                 "-u", str(users), "-r", str(users), "-H", base_url, "--csv", str(self.run_dir / cell.prefix),
                 "--only-summary", "--loglevel", "WARNING", "-t", f"{int(self.options.cell_timeout)}s",
                 "--stop-timeout", str(LOCUST_STOP_TIMEOUT_S), *to_argv(settings, list(given))]
 
-    def run(self, cell: Cell, target: RunningTarget, announce: str = "") -> CellResult:
+    def run(self, cell: Cell, target: RunningTarget, announce: str = "", last: bool = False) -> CellResult:
         """Run ``cell`` against ``target`` and record it (``running``, then its outcome) in ``cells.jsonl``.
 
-        ``announce`` is printed (without a newline) once the monitor is up, after any notice of its own.
+        ``announce`` is printed (without a newline) once the monitor is up, after any notice of its own;
+        ``last``: no cell follows, so no spare Locust is started beside this one.
         """
         with self.stop.deferred():
             files = cell.files(self.run_dir)
@@ -149,7 +165,7 @@ class CellRunner:
             if announce:
                 print(announce, end="", flush=True)
             try:
-                error = self._locust(cell, target.base_url, files.locust_log)
+                error = self._locust(cell, target.base_url, files.locust_log, spare=not last)
             finally:
                 monitor.stop()
             cell.wall_s = time.monotonic() - started
@@ -157,12 +173,12 @@ class CellRunner:
             append_cell(self.run_dir, cell)
         return result
 
-    def _locust(self, cell: Cell, base_url: str, log_path: Path) -> str:
+    def _locust(self, cell: Cell, base_url: str, log_path: Path, spare: bool) -> str:
         """Run Locust to its end (or stop it); '' or why the cell did not end by itself."""
         limit = self.options.cell_timeout + TIMEOUT_MARGIN_S
-        with log_path.open("w") as log:
-            proc = subprocess.Popen(self.command(cell, base_url), stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, cwd=REPO_ROOT, start_new_session=True)
+        proc = self._start_locust(self.command(cell, base_url), log_path)
+        if spare and not self.stop.requested:
+            self.start_spare()
         started = time.monotonic()
         asked_at: float | None = None
         killed = False
@@ -189,6 +205,40 @@ class CellRunner:
         _signal(proc, signal.SIGKILL, group=True)  # anything Locust left in its session
         cell.exit_code = proc.returncode
         return error
+
+    def _start_locust(self, command: list[str], log_path: Path) -> subprocess.Popen:
+        """``command``'s Locust, writing to ``log_path``: the spare, given its arguments, or a new process."""
+        spare, self._spare = self._spare, None
+        if spare is not None and spare.poll() is None:
+            order = {"argv": command[len(LOCUST):], "log": str(log_path)}
+            try:
+                spare.stdin.write((json.dumps(order) + "\n").encode())
+                spare.stdin.close()
+                return spare
+            except OSError:  # it ended just now
+                pass
+        if spare is not None:
+            _end_spare(spare)
+        with log_path.open("w") as log:
+            return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    cwd=REPO_ROOT, start_new_session=True)
+
+    def start_spare(self) -> None:
+        """Start the next cell's Locust (its output until then kept in a file of its own, carried to the log)."""
+        if self._spare is not None and self._spare.poll() is None:
+            return  # one is waiting already
+        try:
+            with tempfile.TemporaryFile() as early:
+                self._spare = subprocess.Popen(SPARE, stdin=subprocess.PIPE, stdout=early, stderr=subprocess.STDOUT,
+                                               cwd=REPO_ROOT, start_new_session=True)
+        except OSError:
+            self._spare = None  # the next cell starts its own
+
+    def close(self) -> None:
+        """End the spare Locust, if any: its input closed, it exits; killed if it has not in SPARE_EXIT_S."""
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            _end_spare(spare)
 
     def _outcome(self, cell: Cell, files: CellFiles, error: str) -> CellResult:
         raw_log = files.raw_log
@@ -217,6 +267,16 @@ class CellRunner:
                 error = f"all {summary.failures} requests failed: {first}"
             cell.status, cell.error = (status, error) if error else ("ok", "")
         return CellResult(results, summary)
+
+
+def _end_spare(spare: subprocess.Popen) -> None:
+    try:
+        spare.stdin.close()
+        spare.wait(SPARE_EXIT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    _signal(spare, signal.SIGKILL, group=True)
+    spare.wait()
 
 
 def _signal(proc: subprocess.Popen, signum: int, group: bool) -> None:

@@ -128,6 +128,7 @@ class Runner:
             except DatasetError as exc:
                 raise RunnerError(f"prompt sets: {exc}") from None
         self.cells = CellRunner(self.run_dir, load_options(args), self.datasets, self.stop)
+        self.cells.start_spare()  # the first cell's Locust, ready while the servers start
         self.pool = ServerPool(self.targets, self.kinds, self.settings, self.run_dir, self.stop, self.progress,
                                args.max_servers_up)
         fit, need, room = self.pool.all_fit()
@@ -198,6 +199,8 @@ class Runner:
         except Interrupted as exc:
             interrupted = exc
         finally:
+            if self.cells is not None:
+                self.cells.close()
             if self.pool is not None:
                 self.pool.stop_all()
             if self.spans is not None:
@@ -395,7 +398,7 @@ class Runner:
         cell.order, cell.started = len(self.sequence) + 1, time.time()
         if self.spans is not None:
             self.spans.route(cell.files(self.run_dir).spans)
-        result = self.cells.run(cell, running, label)
+        result = self.cells.run(cell, running, label, last=self.progress.done + 1 >= self.progress.total)
         if self.spans is not None:
             self.collect_spans(cell, running, result)
         self.recorded += 1
