@@ -28,8 +28,7 @@ status() { if [ "$1" = 5 ]; then echo 0; else echo "$1"; fi; }  # 5: no test sel
 parallel=$(status $?)
 # The unit tier, beside the serial part: SCHED_IDLE (nice 19 where chrt is missing), its output shown after.
 UNIT_LOG=$(mktemp "${TMPDIR:-/tmp}/llmload-unit.XXXXXX")
-IDLE=(nice -n 19)
-if command -v chrt >/dev/null 2>&1 && chrt --idle 0 true 2>/dev/null; then IDLE=(chrt --idle 0); fi
+source scripts/idle_priority.sh
 "${IDLE[@]}" "$PY" -m pytest -m "$(both 'unit and not serial')" -p no:xdist "$@" >"$UNIT_LOG" 2>&1 &
 UNIT_PID=$!
 echo "==> the timing-sensitive tests, alone (the unit tier beside them at idle priority, pid $UNIT_PID)" >&2

@@ -16,6 +16,5 @@ while True:
 HOGS=()
 for _ in 1 2; do "$PY" -c "$HOG" & HOGS+=($!); done
 trap 'kill "${HOGS[@]}" 2>/dev/null' EXIT
-IDLE=(nice -n 19)
-if command -v chrt >/dev/null 2>&1 && chrt --idle 0 true 2>/dev/null; then IDLE=(chrt --idle 0); fi
+source scripts/idle_priority.sh
 "${IDLE[@]}" "$PY" -m pytest -m "unit and not serial" -p no:xdist -p no:cacheprovider "$@"
