@@ -61,6 +61,8 @@ def prefetch_scipy_stats() -> None:
     """Import scipy.stats in a background thread, while this process waits on a cell, so that the search's first
     decision does not wait for it (the import's time lay between the saturation run and the first step)."""
     threading.Thread(target=scipy_stats, name="prefetch-scipy-stats", daemon=True).start()
+
+
 #: Equal spans of time a step's series is averaged in before the trend test.
 TREND_BINS = 10
 #: A series must grow by at least this much over the step (Theil-Sen slope x its span) to count as growing:
