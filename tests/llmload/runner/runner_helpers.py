@@ -82,12 +82,14 @@ def error_line(program, argv: list[str], capsys) -> str:
     return lines[0]
 
 
-def run_runner(*args: str, timeout: float = 600, merged: bool = False, fakes: bool = False
-               ) -> subprocess.CompletedProcess:
-    """Run the runner; ``merged``: stderr into stdout, as a terminal shows them (``proc.stderr`` is then "")."""
+def run_runner(*args: str, timeout: float = 600, merged: bool = False, fakes: bool = False,
+               env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run the runner; ``merged``: stderr into stdout, as a terminal shows them (``proc.stderr`` is then "");
+    ``env``: variables added to this process's environment (the servers it starts inherit them)."""
     command = [sys.executable, str(HELPER)] if fakes else [sys.executable, "-m", "llmload.runner"]
     proc = subprocess.run([*command, *args], cwd=REPO, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT if merged else subprocess.PIPE, text=True, timeout=timeout)
+                          stderr=subprocess.STDOUT if merged else subprocess.PIPE, text=True, timeout=timeout,
+                          env={**os.environ, **env} if env else None)
     proc.stderr = proc.stderr or ""
     return proc
 
