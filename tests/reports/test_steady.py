@@ -96,8 +96,10 @@ def test_the_command_prints_the_window_of_a_raw_log(tmp_path):
 @pytest.mark.slow
 def test_a_mock_run_with_stages_has_its_plateau_found(tmp_path):
     """Locust against the mock engine: 2 users for 4 s, then 8 for 12 s. The window starts at the step and the
-    steady throughput keeps Little's law at 8 requests in flight."""
-    url, server = start_mock(tmp_path, ttft_ms=50, itl_ms=5)
+    steady throughput keeps Little's law at 8 requests in flight. The mock's delays (TTFT 200 ms, ITL 20 ms: 0.8 s a
+    request) are long beside the CPU time a request takes, so that other work on the cores (the parallel tests)
+    does not move the throughput: with 50 and 5 ms it once never settled in a CI run."""
+    url, server = start_mock(tmp_path, ttft_ms=200, itl_ms=20)
     try:
         prompts = tmp_path / "chat.jsonl"
         write_records(prompts, [PromptRecord(id=f"chat-{i}", task="chat", source="test", prompt=f"q {i}",
