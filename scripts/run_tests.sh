@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Run the tests in two parts: first every test that is neither timing-sensitive nor a unit test on pytest-xdist
-# workers; then the `serial` ones (wall-clock bounds of a few ms) in one process, with the `unit` tier beside them
-# in another at idle CPU priority (it runs on the CPU time the serial tests leave; their processes always come
-# first). See docs/testing.md.
+# Run the tests in two parts: first every test that is neither timing-sensitive nor a unit test nor a `background`
+# one on pytest-xdist workers; then the `serial` ones (wall-clock bounds of a few ms) in one process, with the
+# `unit` tier and the `background` tests (commands run to completion) beside them on two more workers at idle CPU
+# priority (they run on the CPU time the serial tests leave; their processes always come first). See
+# docs/testing.md.
 #
 #   scripts/run_tests.sh [MARK_EXPRESSION] [PYTEST_ARGS...]     # e.g. scripts/run_tests.sh "unit or integration" -q
 #   LLMLOAD_TEST_WORKERS=0 scripts/run_tests.sh                 # everything in one process, in collection order
@@ -24,14 +25,17 @@ export PYTHONDONTWRITEBYTECODE=
 "$PY" -m compileall -q -j 0 llmload server reports locustfiles monitors benchmarks tests datasets >/dev/null || true
 both() { if [ -n "$SELECT" ]; then echo "($SELECT) and $1"; else echo "$1"; fi; }
 status() { if [ "$1" = 5 ]; then echo 0; else echo "$1"; fi; }  # 5: no test selected
-"$PY" -m pytest -m "$(both 'not serial and not unit')" -n "$WORKERS" "$@"
+"$PY" -m pytest -m "$(both 'not serial and not unit and not background')" -n "$WORKERS" "$@"
 parallel=$(status $?)
-# The unit tier, beside the serial part: SCHED_IDLE (nice 19 where chrt is missing), its output shown after.
+# The unit tier and the background tests, beside the serial part: SCHED_IDLE (nice 19 where chrt is missing), on
+# two workers (the serial part leaves about 1.5 of the 2 cores), their output shown after.
 UNIT_LOG=$(mktemp "${TMPDIR:-/tmp}/llmload-unit.XXXXXX")
 source scripts/idle_priority.sh
-"${IDLE[@]}" "$PY" -m pytest -m "$(both 'unit and not serial')" -p no:xdist "$@" >"$UNIT_LOG" 2>&1 &
+LANE=$(( WORKERS < 2 ? WORKERS : 2 ))
+"${IDLE[@]}" "$PY" -m pytest -m "$(both '(unit or background) and not serial')" -n "$LANE" "$@" >"$UNIT_LOG" 2>&1 &
 UNIT_PID=$!
-echo "==> the timing-sensitive tests, alone (the unit tier beside them at idle priority, pid $UNIT_PID)" >&2
+echo "==> the timing-sensitive tests, alone (the unit tier and the background tests beside them at idle priority," \
+     "pid $UNIT_PID)" >&2
 # Only the files that mark tests serial are collected (collecting every test module takes about 5 s more), unless
 # the arguments name something themselves (a path, or an option's value).
 FILES=()
@@ -42,7 +46,7 @@ fi
 serial=$(status $?)
 wait "$UNIT_PID"
 unit=$(status $?)
-echo "==> the unit tier (run beside the timing-sensitive tests)" >&2
+echo "==> the unit tier and the background tests (run beside the timing-sensitive tests)" >&2
 cat "$UNIT_LOG"
 rm -f "$UNIT_LOG"
 worst=$(( parallel > serial ? parallel : serial ))

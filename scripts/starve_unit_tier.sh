@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Check that no unit test outside `serial` has a wall-clock bound: run the unit tier at idle CPU priority, as
+# Check that no unit or background test outside `serial` has a wall-clock bound: run them at idle CPU priority, as
 # `make test` does beside the serial part, while two bursty busy loops (0.1-1.5 s on, 0.05-0.5 s off) take both
 # cores. A test that fails here but passes alone belongs in `serial` (docs/testing.md).
 #
@@ -17,4 +17,4 @@ HOGS=()
 for _ in 1 2; do "$PY" -c "$HOG" & HOGS+=($!); done
 trap 'kill "${HOGS[@]}" 2>/dev/null' EXIT
 source scripts/idle_priority.sh
-"${IDLE[@]}" "$PY" -m pytest -m "unit and not serial" -p no:xdist -p no:cacheprovider "$@"
+"${IDLE[@]}" "$PY" -m pytest -m "(unit or background) and not serial" -p no:xdist -p no:cacheprovider "$@"

@@ -15,7 +15,8 @@ from llmload.core.services import port_in_use
 from llmload.targets.basic import basic_server_command
 from llmload.tasks import get_task, task_names
 
-pytestmark = pytest.mark.integration
+#: Commands run to completion, no wall-clock bound: beside the serial part at idle CPU priority (docs/testing.md).
+pytestmark = [pytest.mark.integration, pytest.mark.background]
 
 NO_SERVER = "http://127.0.0.1:9"  # never contacted: these runs stop before any request
 

@@ -23,6 +23,9 @@ from server.engines.hf_model import check_local_model
 from server.settings import ServerSettings, env_name
 from server_client import post_ok, response_text
 
+#: Commands run to completion, no wall-clock bound: beside the serial part at idle CPU priority (docs/testing.md).
+pytestmark = pytest.mark.background
+
 
 def run_server_cli(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "server", *args], capture_output=True, text=True, timeout=timeout,

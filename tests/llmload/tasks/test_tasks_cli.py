@@ -14,6 +14,9 @@ from llmload.core.records import read_records
 
 from prompt_copies import write_jsonl
 
+#: Commands run to completion, no wall-clock bound: beside the serial part at idle CPU priority (docs/testing.md).
+pytestmark = pytest.mark.background
+
 PREPARE = REPO_ROOT / "datasets" / "prepare.py"
 
 
