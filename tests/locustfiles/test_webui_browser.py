@@ -31,7 +31,7 @@ from browser import NEEDS_BROWSER, chromium_page
 from locust_helpers import ITL_MS, TTFT_MS, locust_command, write_prompts
 from llmload.core.paths import REPO_ROOT
 from llmload.core.services import free_port
-from test_locust_webui import TTFT_HIGH_MS, TTFT_LOW_MS, html_report_run
+from test_locust_webui import TTFT_LOW_MS, html_report_run
 
 pytestmark = [pytest.mark.e2e, *NEEDS_BROWSER]
 CHARTS_ALWAYS = ("tokens", "ttft", "tpot", "users", "memory")
@@ -41,6 +41,7 @@ SCREENSHOT = REPO_ROOT / "docs" / "figures" / "webui.png"
 FOR_README = os.environ.get("LLMLOAD_SCREENSHOT") == "1"
 WAIT_S = 45
 TOKENS = 10  # --max-tokens with --ignore-eos: the mock's decode is (TOKENS - 1) x ITL_MS
+BUSY_TTFT_HIGH_MS = TTFT_MS + 50  # see in_tolerance
 
 
 @pytest.fixture
@@ -87,7 +88,10 @@ def wait_for(page, ready, timeout_s: float = WAIT_S) -> dict:
 
 
 def in_tolerance(text) -> bool:
-    return text not in (None, "") and TTFT_LOW_MS <= float(text) <= TTFT_HIGH_MS
+    """The TTFT's figure, not another series' (the mock's end to end is 380 ms): this test runs beside the
+    parallel part's others (a window's p50 read 212.2 ms once in a CI run on a slow VM); the exact figures within
+    a few ms are test_locust_webui.py's, run alone."""
+    return text not in (None, "") and TTFT_LOW_MS <= float(text) <= BUSY_TTFT_HIGH_MS
 
 
 def test_llm_tab_draws_live_charts_in_chromium(mock_server, browser_page, tmp_path):

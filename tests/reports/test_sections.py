@@ -191,8 +191,10 @@ def test_a_real_open_loop_run_with_repeats_warmup_and_an_slo(tmp_path, prompt_di
     """The runner's own open-loop cells: warm-up left out, SLO columns, the repeats' spread, server series."""
     from report_helpers import run_runner
 
+    # a loose SLO (20 x the mock's TTFT): the columns are checked here, the attainment's figure against scripted
+    # results above; at ttft=100 a busy machine once made one of 14 first tokens late
     run_runner("--servers", "mock", "--tasks", "qa", "--modes", "stream", "--rates", "8", "--repeat", "2",
-               "--warmup", "2", "--slo", "ttft=100", "--requests", "16", "--max-tokens", "8", "--mock-ttft-ms", "50",
+               "--warmup", "2", "--slo", "ttft=1000", "--requests", "16", "--max-tokens", "8", "--mock-ttft-ms", "50",
                "--data-dir", str(prompt_dir16), "--out", str(tmp_path / "run"), "--no-report")
     md = merge_run(tmp_path / "run", tmp_path / "r", use_tokenizer=False).read_text()
     rows = read_csv(tmp_path / "r" / "summary.csv")
