@@ -29,13 +29,14 @@ status() { if [ "$1" = 5 ]; then echo 0; else echo "$1"; fi; }  # 5: no test sel
 parallel=$(status $?)
 # The unit tier and the background tests, beside the serial part: SCHED_IDLE (nice 19 where chrt is missing), on
 # two workers (the serial part leaves about 1.5 of the 2 cores), their output shown after.
-UNIT_LOG=$(mktemp "${TMPDIR:-/tmp}/llmload-unit.XXXXXX")
+LANE_LOG=$(mktemp "${TMPDIR:-/tmp}/llmload-lane.XXXXXX")
 source scripts/idle_priority.sh
-LANE=$(( WORKERS < 2 ? WORKERS : 2 ))
-"${IDLE[@]}" "$PY" -m pytest -m "$(both '(unit or background) and not serial')" -n "$LANE" "$@" >"$UNIT_LOG" 2>&1 &
-UNIT_PID=$!
+LANE_WORKERS=$(( WORKERS < 2 ? WORKERS : 2 ))
+"${IDLE[@]}" "$PY" -m pytest -m "$(both '(unit or background) and not serial')" -n "$LANE_WORKERS" "$@" \
+  >"$LANE_LOG" 2>&1 &
+LANE_PID=$!
 echo "==> the timing-sensitive tests, alone (the unit tier and the background tests beside them at idle priority," \
-     "pid $UNIT_PID)" >&2
+     "pid $LANE_PID)" >&2
 # Only the files that mark tests serial are collected (collecting every test module takes about 5 s more), unless
 # the arguments name something themselves (a path, or an option's value).
 FILES=()
@@ -44,10 +45,10 @@ if [ -z "$(printf '%s\n' "$@" | grep -v '^-')" ]; then
 fi
 "$PY" -m pytest -m "$(both serial)" -p no:xdist "$@" "${FILES[@]}"
 serial=$(status $?)
-wait "$UNIT_PID"
-unit=$(status $?)
+wait "$LANE_PID"
+lane=$(status $?)
 echo "==> the unit tier and the background tests (run beside the timing-sensitive tests)" >&2
-cat "$UNIT_LOG"
-rm -f "$UNIT_LOG"
+cat "$LANE_LOG"
+rm -f "$LANE_LOG"
 worst=$(( parallel > serial ? parallel : serial ))
-exit $(( worst > unit ? worst : unit ))
+exit $(( worst > lane ? worst : lane ))

@@ -12,6 +12,7 @@ import pytest
 
 #: Commands run to completion, no wall-clock bound: beside the serial part at idle CPU priority (docs/testing.md).
 pytestmark = pytest.mark.background
+
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
 #: The pages whose commands are checked: the README and the docs pages its sections moved to.

@@ -82,12 +82,16 @@ def error_line(program, argv: list[str], capsys) -> str:
     return lines[0]
 
 
+def runner_command(fakes: bool) -> list[str]:
+    """The runner's command line: with ``fakes``, this helper module's (the fake targets registered first)."""
+    return [sys.executable, str(HELPER)] if fakes else [sys.executable, "-m", "llmload.runner"]
+
+
 def run_runner(*args: str, timeout: float = 600, merged: bool = False, fakes: bool = False,
                env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """Run the runner; ``merged``: stderr into stdout, as a terminal shows them (``proc.stderr`` is then "");
     ``env``: variables added to this process's environment (the servers it starts inherit them)."""
-    command = [sys.executable, str(HELPER)] if fakes else [sys.executable, "-m", "llmload.runner"]
-    proc = subprocess.run([*command, *args], cwd=REPO, stdout=subprocess.PIPE,
+    proc = subprocess.run([*runner_command(fakes), *args], cwd=REPO, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT if merged else subprocess.PIPE, text=True, timeout=timeout,
                           env={**os.environ, **env} if env else None)
     proc.stderr = proc.stderr or ""
@@ -96,9 +100,8 @@ def run_runner(*args: str, timeout: float = 600, merged: bool = False, fakes: bo
 
 def start_runner(*args: str, fakes: bool = False) -> subprocess.Popen:
     """The runner in a session of its own (its PID is its process group), output to pipes."""
-    command = [sys.executable, str(HELPER)] if fakes else [sys.executable, "-m", "llmload.runner"]
-    return subprocess.Popen([*command, *args], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    return subprocess.Popen([*runner_command(fakes), *args], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
 def descendants(pid: int) -> list[psutil.Process]:
