@@ -15,8 +15,18 @@ PY=${VENV:-.venv}/bin/python
 SELECT=${1:-}
 shift || true
 WORKERS=${LLMLOAD_TEST_WORKERS:-3}  # 3 on 2 cores: the tests wait on servers part of the time (docs/testing.md)
+# Warm Locust (tests/warm/llmload_warm.py; LLMLOAD_WARM=0: off): a fork server that has imported Locust once; every
+# `python -m locust` the tests start, directly or through the runner, is forked from it instead of importing anew.
+if [ "${LLMLOAD_WARM:-1}" != 0 ]; then
+  WARM_DIR=$(mktemp -d "${TMPDIR:-/tmp}/llmload-warm.XXXXXX")
+  export PYTHONPATH="$PWD/tests/warm${PYTHONPATH:+:$PYTHONPATH}" LLMLOAD_WARM_LOCUST="$WARM_DIR/locust.sock"
+  "$PY" -c 'import llmload_warm; llmload_warm.serve()' "$LLMLOAD_WARM_LOCUST" &
+  WARM_PID=$!
+  trap 'kill "$WARM_PID" 2>/dev/null; wait "$WARM_PID" 2>/dev/null; rm -rf "$WARM_DIR"' EXIT
+fi
 if [ "$WORKERS" = 0 ]; then
-  exec "$PY" -m pytest ${SELECT:+-m "$SELECT"} "$@"
+  "$PY" -m pytest ${SELECT:+-m "$SELECT"} "$@"
+  exit $?
 fi
 # Bytecode cached: where PYTHONDONTWRITEBYTECODE is set (this machine's environment), every server, Locust and
 # runner process the tests start would compile the suite's modules again (about 0.15 s of CPU each), and each
