@@ -130,15 +130,28 @@ def finish(procs: list[subprocess.Popen]) -> list[str]:
     return logs
 
 
+def watched(port: int, summary: Path, procs: list[subprocess.Popen]) -> tuple[list[float], dict, list[str]]:
+    """:func:`watch`, then :func:`finish`: the counts seen, the last scrape, each process's output (shown, the
+    last lines of each, when the watch fails)."""
+    try:
+        seen, final = watch(port, summary, procs)
+    except AssertionError as failure:
+        logs = finish(procs)
+        tails = "\n".join(f"--- process {i} (exit {p.returncode}):\n{log[-2500:]}"
+                          for i, (p, log) in enumerate(zip(procs, logs)))
+        raise AssertionError(f"{failure}\n{tails}") from None
+    except BaseException:
+        finish(procs)
+        raise
+    return seen, final, finish(procs)
+
+
 @pytest.mark.slow
 def test_standalone_metrics_agree_with_the_summary(fast_mock, tmp_path):
     prompts, prefix, port = write_prompts(tmp_path / "chat.jsonl"), tmp_path / "solo", free_port()
     proc = subprocess.Popen(locust_command("chat.py", fast_mock, *ui_args(), *run_args(prompts, prefix, port)),
                             cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        seen, final = watch(port, Path(f"{prefix}_summary.json"), [proc])
-    finally:
-        log = finish([proc])[0]
+    seen, final, (log,) = watched(port, Path(f"{prefix}_summary.json"), [proc])
     assert proc.returncode == 0 and "Traceback" not in log, log[-3000:]
     assert seen == sorted(seen) and any(0 < n < REQUESTS for n in seen), seen  # scraped while it ran
     data = check_against_summary(final, prefix)
@@ -162,10 +175,7 @@ def test_the_master_serves_the_merged_figures_of_its_workers(fast_mock, tmp_path
                                              *run_args(prompts, prefix, port, max_tokens=40)),
                               cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     procs = [master, *workers]
-    try:
-        seen, final = watch(port, Path(f"{prefix}_summary.json"), procs)
-    finally:
-        logs = finish(procs)
+    seen, final, logs = watched(port, Path(f"{prefix}_summary.json"), procs)
     assert master.returncode == 0 and "Traceback" not in "".join(logs), logs[0][-3000:]
     assert seen == sorted(seen) and any(0 < n < REQUESTS for n in seen), seen
     data = check_against_summary(final, prefix)
