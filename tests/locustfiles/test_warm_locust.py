@@ -85,6 +85,19 @@ def test_a_warm_locust_says_writes_and_exits_as_a_cold_one(fork_server, fast_moc
         assert len(Path(f"{tmp_path / how}_requests.jsonl").read_text().splitlines()) == 6
 
 
+def test_a_run_lasts_its_run_time_however_old_the_server_is(fork_server, fast_mock, tmp_path):
+    """The server's event loop was made when it imported Locust: its clock must not date a child's timers."""
+    server, env = fork_server
+    time.sleep(max(0.0, psutil.Process(server.pid).create_time() + 4 - time.time()))
+    start = time.monotonic()
+    proc, _cpu = run(locust_command("chat.py", fast_mock, "--headless", "--only-summary", "-u", "1", "-t", "3s",
+                                    "--max-tokens", "4", "--model", "mock",
+                                    "--dataset", str(write_prompts(tmp_path / "chat.jsonl")),
+                                    "--csv", str(tmp_path / "run")), env)
+    assert proc.returncode == 0 and children(server) == [], proc.stderr[-3000:]
+    assert time.monotonic() - start >= 3 and len(Path(f"{tmp_path}/run_requests.jsonl").read_text().splitlines()) > 3
+
+
 def children(server: subprocess.Popen) -> list[psutil.Process]:
     return psutil.Process(server.pid).children()
 

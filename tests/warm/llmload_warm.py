@@ -260,6 +260,9 @@ def _become(order: dict, fds: list[int], conn, close) -> None:
     sys.stderr = sys.__stderr__ = _stream(2, encoding, "backslashreplace", unbuffered)
     if "numpy" in sys.modules:
         sys.modules["numpy"].random.seed()  # the server's legacy global state, else the same in every child
+    import gevent
+    gevent.get_hub().loop.update_now()  # the loop's clock stood still since the server imported Locust: a timer
+    #                                     set from it (Locust's --run-time) would be due that much early
     start_thread = _original("_thread", "start_new_thread")
     start_thread(_watch, (conn,))
     sys.argv = ["-m", *order["args"]]
