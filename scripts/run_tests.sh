@@ -22,7 +22,15 @@ if [ "${LLMLOAD_WARM:-1}" != 0 ]; then
   export PYTHONPATH="$PWD/tests/warm${PYTHONPATH:+:$PYTHONPATH}" LLMLOAD_WARM_LOCUST="$WARM_DIR/locust.sock"
   "$PY" -c 'import llmload_warm; llmload_warm.serve()' "$LLMLOAD_WARM_LOCUST" &
   WARM_PID=$!
-  trap 'kill "$WARM_PID" 2>/dev/null; wait "$WARM_PID" 2>/dev/null; rm -rf "$WARM_DIR"' EXIT
+  warm_done() {
+    kill "$WARM_PID" 2>/dev/null
+    wait "$WARM_PID" 2>/dev/null
+    if [ -f "$LLMLOAD_WARM_LOCUST.log" ]; then
+      echo "==> warm Locust: $(sort "$LLMLOAD_WARM_LOCUST.log" | uniq -c | sed 's/^ *//' | paste -sd, - | sed 's/,/, /g')" >&2
+    fi
+    rm -rf "$WARM_DIR"
+  }
+  trap warm_done EXIT
 fi
 if [ "$WORKERS" = 0 ]; then
   "$PY" -m pytest ${SELECT:+-m "$SELECT"} "$@"

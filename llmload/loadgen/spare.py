@@ -7,7 +7,8 @@ writes what it printed so far (its standard output, a file, read back from the
 start) to the log, points its standard output and error at the log and its
 standard input at ``/dev/null``, and runs Locust's ``main`` on ``argv``: from
 there on it is ``python -m locust ARGV > LOG 2>&1 < /dev/null``. End of input
-before a line: it exits 0, having run nothing.
+before a line: it exits 0, having run nothing. It takes no argument (``--help``: this
+in short).
 """
 
 import locust.main  # first: Locust's gevent patches, before anything else is imported
@@ -17,6 +18,7 @@ import os  # noqa: E402
 import sys  # noqa: E402
 
 import llmload.loadgen.user  # noqa: E402,F401 - what every locustfile imports: the other half of the start-up
+from llmload.core.cliargs import OneLineParser  # noqa: E402
 
 
 def _point_output_at(log: str) -> None:
@@ -40,6 +42,8 @@ def _point_output_at(log: str) -> None:
 
 
 def main() -> None:
+    OneLineParser(prog="python -m llmload.loadgen.spare",
+                  description="A Locust process started ahead of the cell it will run: see docs/runner.md.").parse_args()
     line = sys.stdin.readline()
     if not line.strip():
         return

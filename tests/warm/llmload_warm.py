@@ -140,9 +140,11 @@ def _original(module: str, name: str):
 
 def serve() -> None:
     """Import :data:`PRELOAD`, listen on the socket ``sys.argv[1]``, fork a child for each client until killed."""
+    import gc
     import importlib
     for name in PRELOAD:
         importlib.import_module(name)
+    gc.freeze()  # the imported objects out of the collector's sight: a child's collections leave their pages shared
     import socket
     import gevent.os
     make_socket = _original("socket", "socket")
@@ -162,6 +164,7 @@ def serve() -> None:
     set_handler(signal.SIGCHLD, lambda *_: None)
     clients: dict[int, object] = {}
     settings = python_settings(os.environ)
+    log = open(f"{path}.log", "a", buffering=1)  # a line a request: "warm MODULE" or "cold REASON"
     while True:
         try:
             ready = select([listener, wake_r], [], [])[0]
@@ -198,6 +201,7 @@ def serve() -> None:
             refusal = "another interpreter"
         elif python_settings(order["env"]) != settings:
             refusal = "other PYTHON* settings"
+        log.write(f"cold {refusal}\n" if refusal else f"warm {order['module']}\n")
         if refusal:
             try:
                 _send(conn, {"refused": refusal})
@@ -214,6 +218,7 @@ def serve() -> None:
             for fd in (wake_r, wake_w):
                 close(fd)
             listener.close()
+            log.close()
             for other in clients.values():
                 other.close()
             _become(order, fds, conn, close)  # runs the module and exits: never returns
