@@ -24,6 +24,7 @@ KINDS = [
     (r"multiprocessing\.spawn|multiprocessing-fork", "multiprocessing child (vLLM engine, worker)"),
     (r"vllm\.model_executor|vllm\.benchmarks|vllm bench", "vLLM, other (its model registry, vllm bench serve)"),
     (r"chrom", "Chromium"),
+    (r"llmload_warm", "Locust, warm (the tests' fork server and its children)"),
     (r"llmload\.loadgen\.spare|-m locust|bin/locust", "Locust"),
     (r"-m server .*--engine mock", "basic server, mock engine"),
     (r"-m server", "basic server, real model"),
