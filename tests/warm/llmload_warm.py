@@ -71,8 +71,9 @@ def _receive(sock, buffer: bytearray, maxfds: int = 0) -> tuple[dict | None, lis
 # ---------------------------------------------------------------------------------------------------- the client
 
 def wanted(argv: list[str]) -> str | None:
-    """The module of ``python -m MODULE ...`` when it is one the server runs."""
-    if len(argv) >= 3 and argv[1] == "-m" and argv[2] in MODULES and os.environ.get(ENV):
+    """The module of ``python -m MODULE ...`` when it is one the server runs (``sitecustomize`` asks only where
+    :data:`ENV` is set)."""
+    if len(argv) >= 3 and argv[1] == "-m" and argv[2] in MODULES:
         return argv[2]
     return None
 
@@ -110,24 +111,20 @@ def run_warm(module: str) -> None:
 
     for signum in FORWARDED:
         signal.signal(signum, forward)
-    while True:
-        try:
-            answer, _ = _receive(sock, buffer)
-            break
-        except InterruptedError:
-            continue
-        except OSError:
-            answer = None
-            break
+    try:
+        answer, _ = _receive(sock, buffer)  # a signal handled meanwhile does not end the wait (PEP 475)
+    except OSError:
+        answer = None
     status = answer.get("status") if answer else None
     if status is None:  # the server went away: the child's end is unknown
         forward(signal.SIGKILL, None)
         os._exit(70)
-    if os.WIFSIGNALED(status):
+    if os.WIFSIGNALED(status):  # end by the same signal
         signum = os.WTERMSIG(status)
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
-    os._exit(os.waitstatus_to_exitcode(status) if not os.WIFSIGNALED(status) else 128 + os.WTERMSIG(status))
+        os._exit(128 + signum)  # one whose default action does not end a process
+    os._exit(os.waitstatus_to_exitcode(status))
 
 
 # ---------------------------------------------------------------------------------------------------- the server
@@ -166,10 +163,7 @@ def serve() -> None:
     settings = python_settings(os.environ)
     log = open(f"{path}.log", "a", buffering=1)  # a line a request: "warm MODULE" or "cold REASON"
     while True:
-        try:
-            ready = select([listener, wake_r], [], [])[0]
-        except InterruptedError:
-            continue
+        ready = select([listener, wake_r], [], [])[0]  # retried after SIGCHLD's handler (PEP 475)
         if wake_r in ready:
             os.read(wake_r, 4096)
             while True:
@@ -221,7 +215,7 @@ def serve() -> None:
             log.close()
             for other in clients.values():
                 other.close()
-            _become(order, fds, conn, close)  # runs the module and exits: never returns
+            _become(order, fds, conn)  # runs the module and exits: never returns
         for fd in fds:
             close(fd)
         clients[pid] = conn
@@ -241,13 +235,13 @@ def _watch(conn) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _become(order: dict, fds: list[int], conn, close) -> None:
+def _become(order: dict, fds: list[int], conn) -> None:
     """The child: take the client's streams, folder, environment and priority, then run the module as ``-m``."""
     import runpy
     import time
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
-        close(fd)
+        _original("os", "close")(fd)
     os.setpgid(0, 0)  # a terminal's Ctrl-C reaches it once, through the client, as it would reach a cold start
     os.chdir(order["cwd"])
     os.environ.clear()

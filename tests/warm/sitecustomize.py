@@ -3,7 +3,7 @@
 import os as _os
 import sys as _sys
 
-if _os.environ.get("LLMLOAD_WARM_LOCUST") and len(_sys.orig_argv) >= 3 and _sys.orig_argv[1] == "-m":
+if _os.environ.get("LLMLOAD_WARM_LOCUST"):  # llmload_warm.ENV: checked first, so that without it nothing is imported
     import llmload_warm as _warm
 
     _module = _warm.wanted(_sys.orig_argv)
