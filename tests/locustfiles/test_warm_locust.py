@@ -113,7 +113,7 @@ def started(command: list[str], env: dict, server: subprocess.Popen) -> tuple[su
     return proc, children(server)[0]
 
 
-def test_signals_reach_the_child_and_a_killed_client_takes_it_along(fork_server, fast_mock, tmp_path):
+def test_signals_reach_the_child_and_a_killed_client_or_child_takes_the_other_along(fork_server, fast_mock, tmp_path):
     server, env = fork_server
     prompts = write_prompts(tmp_path / "chat.jsonl")
     command = locust_command("chat.py", fast_mock, "--headless", "--only-summary", "-u", "1", "-t", "60s",
@@ -132,6 +132,10 @@ def test_signals_reach_the_child_and_a_killed_client_takes_it_along(fork_server,
     proc.wait(timeout=10)
     child.wait(timeout=10)  # psutil.TimeoutExpired if it outlived its client
     assert proc.returncode == -signal.SIGKILL
+
+    proc, child = started(command, env, server)  # the child killed by its own PID: the client ends by that signal
+    child.kill()
+    assert proc.wait(timeout=10) == -signal.SIGKILL
 
 
 def test_another_interpreter_setting_starts_cold(fork_server):

@@ -121,7 +121,8 @@ def run_warm(module: str) -> None:
         os._exit(70)
     if os.WIFSIGNALED(status):  # end by the same signal
         signum = os.WTERMSIG(status)
-        signal.signal(signum, signal.SIG_DFL)
+        if signum != signal.SIGKILL:  # no handler to reset (setting one raises, and would start it cold)
+            signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
         os._exit(128 + signum)  # one whose default action does not end a process
     os._exit(os.waitstatus_to_exitcode(status))
