@@ -101,7 +101,14 @@ def run_warm(module: str) -> None:
     if not answer or "pid" not in answer:
         sock.close()
         return
-    child = answer["pid"]
+    try:
+        _follow(answer["pid"], sock, buffer)
+    finally:
+        os._exit(70)  # whatever went wrong: the child runs, so never go on to a cold start as well
+
+
+def _follow(child: int, sock, buffer: bytearray) -> None:
+    """Pass signals on to ``child`` until the server says how it ended, then end the same way."""
 
     def forward(signum, _frame):
         try:
@@ -118,10 +125,10 @@ def run_warm(module: str) -> None:
     status = answer.get("status") if answer else None
     if status is None:  # the server went away: the child's end is unknown
         forward(signal.SIGKILL, None)
-        os._exit(70)
+        return
     if os.WIFSIGNALED(status):  # end by the same signal
         signum = os.WTERMSIG(status)
-        if signum != signal.SIGKILL:  # no handler to reset (setting one raises, and would start it cold)
+        if signum != signal.SIGKILL:  # it has no handler to reset (setting one raises)
             signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
         os._exit(128 + signum)  # one whose default action does not end a process
