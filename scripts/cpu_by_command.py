@@ -84,8 +84,9 @@ def report(path: str) -> None:
         seen = json.load(f)
     cpu, count = Counter(), Counter()
     for seconds, command in seen.values():
-        cpu[kind(command)] += seconds
-        count[kind(command)] += 1
+        name = kind(command)
+        cpu[name] += seconds
+        count[name] += 1
     for name, seconds in cpu.most_common():
         print(f"{seconds:8.1f} s CPU  {count[name]:5d} processes  {name}")
     print(f"{sum(cpu.values()):8.1f} s CPU  {sum(count.values()):5d} processes  in all")
