@@ -15,6 +15,10 @@ PY=${VENV:-.venv}/bin/python
 SELECT=${1:-}
 shift || true
 WORKERS=${LLMLOAD_TEST_WORKERS:-3}  # 3 on 2 cores: the tests wait on servers part of the time (docs/testing.md)
+# OpenMP threads (torch in the real-model servers and tests, vLLM) sleep at their barriers instead of spinning: the
+# tests keep more processes busy than there are cores, where a spinning thread burns the CPU its peer waits for
+# (docs/testing.md, "OpenMP threads sleep").
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 # Warm Locust (tests/warm/llmload_warm.py; LLMLOAD_WARM=0: off): a fork server that has imported Locust once; every
 # `python -m locust` the tests start, directly or through the runner, is forked from it instead of importing anew.
 if [ "${LLMLOAD_WARM:-1}" != 0 ]; then
