@@ -3,9 +3,9 @@ settings, each capacity-searched; the HTML report opened in headless Chromium sh
 (the e2e tier: its own file, so that pytest-xdist starts it first, alone).
 
 What is checked is the tune's plumbing (flags reaching each server, the search, the ranking, the page), not vLLM's
-own process layout: vLLM runs eager and in one process (its engine in the API server's process:
-``VLLM_ENABLE_V1_MULTIPROCESSING=0`` and ``--distributed-executor-backend uni``), which starts with about 60 % of
-the CPU time of its default three processes (docs/testing.md). test_runner_vllm.py runs vLLM as deployed."""
+own process layout: vLLM runs eager and in two processes (the API server and the engine, with the executor in the
+engine's process: ``--distributed-executor-backend uni``), which start with about 60 % of the CPU time of its
+default three (docs/testing.md). test_runner_vllm.py runs vLLM as deployed."""
 
 from __future__ import annotations
 
@@ -20,9 +20,6 @@ from reports.tune import TUNE_HTML, TuneReport, capacity_text
 from runner_helpers import run_runner
 
 pytestmark = [pytest.mark.e2e, *NEEDS_BROWSER]
-
-#: vLLM in one process (what each variable does: the module docstring).
-ONE_PROCESS = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
 #: What the page shows: per chart its SVGs and markers, every table's cells, the sections.
 READ_PAGE = """() => {
@@ -48,14 +45,14 @@ def test_a_tune_of_basic_batched_and_vllm_ranks_them_in_a_page(tmp_path, default
         pytest.skip("vLLM is not installed (LLMLOAD_VLLM=none)")
     folder = tmp_path / "tune"
     # few requests, one look per step and two steps: a tiny search per configuration; vLLM started twice, eager,
-    # in one process
+    # its executor in its engine's process
     proc = run_runner("tune", "--servers", "basic-batched,vllm", "--grid", "max-num-seqs=4,16,32",
                       "--vllm-args-set=--max-num-seqs 4", "--vllm-args-set=--max-num-seqs 16",
                       "--vllm-args=--enforce-eager --distributed-executor-backend uni", "--vllm-timeout", "900",
                       "--tasks", "qa", "--modes", "stream", "--requests", "30", "--max-tokens", "2", "--slo",
                       "e2e=5000", "--slo-target", "50", "--capacity-steps", "2", "--capacity-looks", "1",
                       "--data-dir", str(make_data(tmp_path / "data")),
-                      "--out", str(folder), fakes=True, merged=True, timeout=1500, env=ONE_PROCESS)
+                      "--out", str(folder), fakes=True, merged=True, timeout=1500)
     assert proc.returncode == 0, proc.stdout[-4000:]
     names = ["basic-batched[mns=4]", "basic-batched[mns=16]", "basic-batched[mns=32]", "vllm[mns=4]", "vllm[mns=16]"]
     info = json.loads((folder / "tune.json").read_text())
