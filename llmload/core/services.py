@@ -13,11 +13,13 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 
 #: Seconds between the health checks of a service in its first :data:`FIRST_POLLS_FOR_S` seconds (then
@@ -66,6 +68,29 @@ def tail(path: Path, lines: int = 40) -> str:
         return ""
 
 
+@contextmanager
+def signals_after(signums: Sequence[int] = (signal.SIGINT, signal.SIGTERM)) -> Iterator[None]:
+    """Hold ``signums`` while the block runs and deliver them to their handlers once it has ended (main thread only;
+    elsewhere Python runs no handler): a handler that raises cannot then leave a process started but not recorded."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[tuple[int, object]] = []
+    previous = {signum: signal.signal(signum, lambda signum, frame: held.append((signum, frame)))
+                for signum in signums}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for signum, frame in held:
+            handler = previous[signum]
+            if callable(handler):
+                handler(signum, frame)
+            elif handler == signal.SIG_DFL:
+                signal.raise_signal(signum)
+
+
 class ServiceProcess:
     """A server started as a subprocess, with a health URL to wait on."""
 
@@ -86,12 +111,12 @@ class ServiceProcess:
 
     def start(self) -> "ServiceProcess":
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = self.log_path.open("ab")
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **(self.env or {})}
-        self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                        cwd=self.cwd, start_new_session=True)
-        log.close()
-        self.started_at = time.monotonic()
+        # a signal's handler (the runner's stop, Ctrl-C) runs once the process is recorded, so that it can be stopped
+        with self.log_path.open("ab") as log, signals_after():
+            self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                            cwd=self.cwd, start_new_session=True)
+            self.started_at = time.monotonic()
         return self
 
     def alive(self) -> bool:

@@ -153,8 +153,8 @@ def start_target(target: Target, kind: TargetKind, settings: TargetSettings, log
     port = free_port()
     process = ServiceProcess(target.name, kind.command(settings, port), local_url(port, kind.health_path), log_path,
                              env=kind.env(settings))
-    process.start()
     try:
+        process.start()
         ready = process.wait_ready(kind.start_timeout(settings), progress=progress)
     except BaseException:
         process.stop()

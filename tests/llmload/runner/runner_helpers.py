@@ -111,13 +111,14 @@ def descendants(pid: int) -> list[psutil.Process]:
         return []
 
 
-def stop_leftovers(processes: list[psutil.Process]) -> list[int]:
-    """Kill (by PID) those of ``processes`` still alive; return their PIDs (an empty list when all had ended)."""
+def stop_leftovers(processes: list[psutil.Process]) -> list[str]:
+    """Kill (by PID) those of ``processes`` still alive; return each one's PID and command line (an empty list when
+    all had ended)."""
     alive = []
     for proc in processes:
         try:
             if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
-                alive.append(proc.pid)
+                alive.append(f"{proc.pid}: {' '.join(proc.cmdline())[:300]}")
                 proc.kill()
         except psutil.NoSuchProcess:
             pass
