@@ -1,6 +1,7 @@
-"""``llmload tune`` end to end on the embedded model: basic-batched at max-num-seqs 4, 16 and 32 and vLLM at two
-settings, each capacity-searched; the HTML report opened in headless Chromium shows the ranking and the Pareto front
-(the e2e tier: its own file, so that pytest-xdist starts it first, alone).
+"""``llmload tune`` end to end on the embedded model: basic-batched at max-num-seqs 4, 16 and 32 and vLLM at 16
+(one setting: a vLLM start costs about four of the basic server's), each capacity-searched; the HTML report opened
+in headless Chromium shows the ranking and the Pareto front (the e2e tier: its own file, so that pytest-xdist starts
+it first, alone).
 
 What is checked is the tune's plumbing (flags reaching each server, the search, the ranking, the page), not vLLM's
 own process layout: vLLM runs eager and in two processes (the API server and the engine, with the executor in the
@@ -44,17 +45,17 @@ def test_a_tune_of_basic_batched_and_vllm_ranks_them_in_a_page(tmp_path, default
     if not vllm_installed():
         pytest.skip("vLLM is not installed (LLMLOAD_VLLM=none)")
     folder = tmp_path / "tune"
-    # few requests, one look per step and two steps: a tiny search per configuration; vLLM started twice, eager,
+    # few requests, one look per step and two steps: a tiny search per configuration; vLLM started once, eager,
     # its executor in its engine's process
     proc = run_runner("tune", "--servers", "basic-batched,vllm", "--grid", "max-num-seqs=4,16,32",
-                      "--vllm-args-set=--max-num-seqs 4", "--vllm-args-set=--max-num-seqs 16",
+                      "--vllm-args-set=--max-num-seqs 16",
                       "--vllm-args=--enforce-eager --distributed-executor-backend uni", "--vllm-timeout", "900",
                       "--tasks", "qa", "--modes", "stream", "--requests", "30", "--max-tokens", "2", "--slo",
                       "e2e=5000", "--slo-target", "50", "--capacity-steps", "2", "--capacity-looks", "1",
                       "--data-dir", str(make_data(tmp_path / "data")),
                       "--out", str(folder), fakes=True, merged=True, timeout=1500)
     assert proc.returncode == 0, proc.stdout[-4000:]
-    names = ["basic-batched[mns=4]", "basic-batched[mns=16]", "basic-batched[mns=32]", "vllm[mns=4]", "vllm[mns=16]"]
+    names = ["basic-batched[mns=4]", "basic-batched[mns=16]", "basic-batched[mns=32]", "vllm[mns=16]"]
     info = json.loads((folder / "tune.json").read_text())
     assert [c["name"] for c in info["configurations"]] == names
     assert sorted(r["config"] for r in info["runs"]) == sorted(names) and {r["state"] for r in info["runs"]} == {"done"}
