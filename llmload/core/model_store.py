@@ -12,10 +12,14 @@ Command line: ``python -m llmload.core.model_store [--output DIR] [--force]``.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
+import os
 import shutil
 import sys
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from llmload.core.cliargs import OneLineParser, print_error
 from llmload.core.paths import MODELS_DIR
@@ -62,6 +66,32 @@ def is_materialised(directory: Path | None = None) -> bool:
     return (directory / _MARKER).is_file() and (directory / "config.json").is_file()
 
 
+@contextmanager
+def _gguf_read_once() -> Iterator[None]:
+    """While inside, gguf's file reader and tensor-name map are made once per file and per architecture.
+
+    transformers (5.x) parses the GGUF file three times (config, tokenizer, weights) and builds gguf's name map once
+    per module, most of the materialisation's time (docs/testing.md); it imports both from ``gguf`` as it calls them,
+    so the module's attributes are swapped for memoised ones, then put back.
+    """
+    import gguf
+
+    real_reader, real_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    readers: dict[tuple[str, str], object] = {}
+
+    def reader(path, mode="r"):
+        key = (os.path.realpath(path), mode)
+        if key not in readers:
+            readers[key] = real_reader(path, mode)
+        return readers[key]
+
+    gguf.GGUFReader, gguf.get_tensor_name_map = reader, functools.lru_cache(maxsize=None)(real_map)
+    try:
+        yield
+    finally:
+        gguf.GGUFReader, gguf.get_tensor_name_map = real_reader, real_map
+
+
 def materialise_default_model(output: Path | None = None, force: bool = False) -> Path:
     """Convert the embedded GGUF into a normal Hugging Face model directory, once; return its path."""
     output = Path(output or default_model_dir())
@@ -72,8 +102,9 @@ def materialise_default_model(output: Path | None = None, force: bool = False) -
           file=sys.stderr, flush=True)
     from transformers import AutoModelForCausalLM, AutoTokenizer  # heavy: import only when needed
 
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)  # shows a progress bar
+    with _gguf_read_once():
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)  # shows a progress bar
     # The dequantised weights are ordinary tensors, but transformers keeps the GGUF
     # quantizer marker and refuses to save until it is cleared.
     model.hf_quantizer = None
