@@ -76,15 +76,22 @@ READ_PAGE = """() => {
 }"""
 
 
-def wait_for(page, ready, timeout_s: float = WAIT_S) -> dict:
+def wait_for(page, ready, timeout_s: float = WAIT_S, proc: subprocess.Popen | None = None) -> dict:
+    """What the page shows once ``ready``; fails at once with Locust's output if ``proc`` (the web UI) has ended,
+    and after ``timeout_s`` with the page's errors and the start of its text."""
     deadline = time.monotonic() + timeout_s
     shown = {}
     while time.monotonic() < deadline:
         shown = page.evaluate(READ_PAGE)
         if ready(shown):
             return shown
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"Locust ended ({proc.returncode}) before the page got there: {shown}\n"
+                                 f"{proc.communicate()[0][-3000:]}")
         page.wait_for_timeout(500)
-    raise AssertionError(f"the page did not get there in {timeout_s:.0f} s: {shown}")
+    text = page.evaluate("() => document.body ? document.body.innerText.slice(0, 300) : ''")
+    raise AssertionError(f"the page did not get there in {timeout_s:.0f} s: {shown}; page errors {page.errors}; "
+                         f"title {page.title()!r}, text {text!r}")
 
 
 def in_tolerance(text) -> bool:
@@ -122,7 +129,8 @@ def test_llm_tab_draws_live_charts_in_chromium(mock_server, browser_page, tmp_pa
                     raise
                 time.sleep(0.3)
         shown = wait_for(page, lambda s: all(s["charts"].get(c, 0) >= 4 for c in CHARTS_ALWAYS + CHARTS_WHEN_ASKED)
-                         and s["table"] and s["cards"].get("ttft_p50_ms") and s["charts"].get("parts", 0) >= 5)
+                         and s["table"] and s["cards"].get("ttft_p50_ms") and s["charts"].get("parts", 0) >= 5,
+                         proc=proc)
         assert shown["underTable"], shown  # the panel sits right under Locust's LLM metrics table
         assert set(CHARTS_ALWAYS) <= set(shown["charts"]), shown
         for chart in CHARTS_ALWAYS + CHARTS_WHEN_ASKED:  # each chart is an SVG with a title and its lines
