@@ -30,7 +30,8 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-
 @contextmanager
 def chromium_page(width: int = 1400, height: int = 900, **context_options):
     """A fresh headless Chromium (own profile folder) and one page; its page errors are collected in
-    ``page.errors``; ``context_options``: Playwright's (``java_script_enabled=False``, ...)."""
+    ``page.errors``, its console errors and failed requests in ``page.problems`` (for failure messages);
+    ``context_options``: Playwright's (``java_script_enabled=False``, ...)."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright, tempfile.TemporaryDirectory(prefix="llmload-chromium-") as profile:
@@ -41,6 +42,9 @@ def chromium_page(width: int = 1400, height: int = 900, **context_options):
             page = context.new_page()
             page.errors = []
             page.on("pageerror", lambda error: page.errors.append(str(error)))
+            page.problems = []
+            page.on("console", lambda msg: msg.type == "error" and page.problems.append(f"console: {msg.text}"))
+            page.on("requestfailed", lambda req: page.problems.append(f"{req.url}: {req.failure}"))
             yield page
         finally:
             context.close()

@@ -90,7 +90,8 @@ def wait_for(page, ready, timeout_s: float = WAIT_S, proc: subprocess.Popen | No
                                  f"{proc.communicate()[0][-3000:]}")
         page.wait_for_timeout(500)
     text = page.evaluate("() => document.body ? document.body.innerText.slice(0, 300) : ''")
-    raise AssertionError(f"the page did not get there in {timeout_s:.0f} s: {shown}; page errors {page.errors}; "
+    raise AssertionError(f"the page did not get there in {timeout_s:.0f} s: {shown}; page errors {page.errors}, "
+                         f"other problems {page.problems[-10:]}; "
                          f"title {page.title()!r}, text {text!r}")
 
 
